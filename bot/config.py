@@ -1,0 +1,238 @@
+"""The repository's own configuration, ``.github/paritybot.yml``, as pydantic models.
+
+Every field has a default that works, so a repository with no file gets a useful run. A bad file
+is reported with the key, the value and what was expected (see :func:`format_config_errors`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+CONFIG_PATH = ".github/paritybot.yml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResourceLimits(_Strict):
+    memory: str = Field("16g", description="container memory limit (docker syntax: 512m, 16g)")
+    pids: int = Field(4096, ge=16, description="maximum number of processes in the container")
+    cpus: float = Field(8.0, gt=0, description="CPU quota, in CPUs")
+    shm_size: str = Field("8g", description="/dev/shm size; PyTorch data loaders need a large one")
+    tmpfs_size: str = Field("4g", description="size of the writable /tmp")
+
+
+class StepNetwork(_Strict):
+    """Which steps may reach the network. Tests run offline by default."""
+
+    precommit: bool = Field(True, description="pre-commit may need to install hook environments")
+    tests: bool = False
+    probe: bool = False
+
+
+class Environment(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+    image: str | None = Field(
+        None, description="container image CI uses; none = run on the runner's host"
+    )
+    gpus: Literal["all", "none"] | int | list[str] = Field(
+        "all", description="'all', 'none', a count, or a list of device ids"
+    )
+    branches: list[str] = Field(
+        default_factory=list, description="base-branch globs that select this environment"
+    )
+    labels: list[str] = Field(default_factory=list, description="PR labels that add this environment")
+    default: bool = Field(False, description="used when no branch or label rule matches")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    user: str | None = Field(None, description="user to run as in the container; default: non-root")
+    setup: list[str] = Field(
+        default_factory=list,
+        description="shell commands run before the tests, e.g. 'pip install -e .'",
+    )
+    timeout_minutes: float = Field(60, gt=0, description="wall clock for the whole run")
+    step_timeout_minutes: float = Field(30, gt=0, description="wall clock for one step")
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    network: StepNetwork = Field(default_factory=StepNetwork)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("a GPU count must be 0 or more")
+        return v
+
+    def matches_branch(self, base_ref: str | None) -> bool:
+        return base_ref is not None and any(fnmatch.fnmatchcase(base_ref, g) for g in self.branches)
+
+
+class ChecksToggle(_Strict):
+    precommit: bool = True
+    docstrings: bool = True
+    tests: bool = True
+
+
+class TestSettings(_Strict):
+    __test__ = False
+    paths: list[str] = Field(default_factory=lambda: ["tests", "test"], description="test roots")
+    always_run: list[str] = Field(default_factory=list, description="node ids or globs always selected")
+    whole_suite_globs: list[str] = Field(
+        default_factory=lambda: [
+            "conftest.py",
+            "**/conftest.py",
+            "pyproject.toml",
+            "setup.py",
+            "setup.cfg",
+            "requirements*.txt",
+            "tox.ini",
+            "pytest.ini",
+            ".github/workflows/*",
+            ".ci/*",
+        ],
+        description="a change to any of these runs the whole suite",
+    )
+    max_tests: int | None = Field(None, ge=1, description="budget: at most this many tests")
+    reruns: int = Field(2, ge=0, le=10, description="reruns of a failing test, to tell flaky from failed")
+    per_test_timeout_s: int = Field(300, ge=1)
+    pytest_args: list[str] = Field(default_factory=list)
+    use_coverage_map: bool = True
+
+
+class DocstringSettings(_Strict):
+    style: Literal["auto", "google", "numpy", "rest"] = "auto"
+    require_returns: bool = True
+    require_raises: bool = False
+    exclude: list[str] = Field(default_factory=lambda: ["tests/*", "test/*", "**/tests/*", "docs/*"])
+
+
+class ParitySettings(_Strict):
+    packages: list[str] = Field(default_factory=lambda: ["numpy"], description="extra packages compared")
+    reference: dict[str, str] = Field(
+        default_factory=dict,
+        description="pinned CI reference, field → value (e.g. torch: 2.3.0, cuda_runtime: '12.1')",
+    )
+
+
+DEFAULT_CHECKLIST = [
+    "Motivation: why this change is needed",
+    "Alternatives considered",
+    "Backward compatibility and migration path",
+    "Impact on downstream projects",
+    "Link to the RFC",
+]
+
+
+class RfcSettings(_Strict):
+    paths: list[str] = Field(default_factory=list, description="globs that need design review")
+    labels: list[str] = Field(default_factory=lambda: ["rfc", "needs-rfc"])
+    max_lines_changed: int | None = Field(1000, ge=1)
+    new_dependencies: bool = True
+    public_api: bool = True
+    checklist: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECKLIST))
+    link_pattern: str = Field(
+        r"https://github\.com/[\w.-]+/[\w.-]+/(issues|discussions|pull)/\d+|RFC-\d+",
+        description="a regex; a match in the PR description ticks the RFC-link item",
+    )
+
+
+TRUSTED_ASSOCIATIONS = ["OWNER", "MEMBER", "COLLABORATOR"]
+
+
+class TrustSettings(_Strict):
+    associations: list[
+        Literal[
+            "OWNER",
+            "MEMBER",
+            "COLLABORATOR",
+            "CONTRIBUTOR",
+            "FIRST_TIME_CONTRIBUTOR",
+            "FIRST_TIMER",
+            "MANNEQUIN",
+            "NONE",
+        ]
+    ] = Field(default_factory=lambda: list(TRUSTED_ASSOCIATIONS))  # type: ignore[arg-type]
+    users: list[str] = Field(default_factory=list, description="logins trusted whatever their association")
+    teams: list[str] = Field(default_factory=list, description="org/team-slug whose members are trusted")
+    permission_check: bool = Field(
+        True, description="ask the collaborator-permission API when the association is ambiguous"
+    )
+
+
+class RepoConfig(_Strict):
+    environments: list[Environment] = Field(
+        default_factory=lambda: [Environment(name="host", default=True)],
+        description="where runs happen; the default runs on the runner's host",
+    )
+    checks: ChecksToggle = Field(default_factory=ChecksToggle)
+    tests: TestSettings = Field(default_factory=TestSettings)
+    docstrings: DocstringSettings = Field(default_factory=DocstringSettings)
+    parity: ParitySettings = Field(default_factory=ParitySettings)
+    rfc: RfcSettings = Field(default_factory=RfcSettings)
+    trust: TrustSettings = Field(default_factory=TrustSettings)
+
+    @field_validator("environments")
+    @classmethod
+    def _unique_names(cls, envs: list[Environment]) -> list[Environment]:
+        if not envs:
+            raise ValueError("at least one environment is needed")
+        names = [e.name for e in envs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"environment names must be unique; repeated: {', '.join(dupes)}")
+        return envs
+
+    def environment(self, name: str) -> Environment | None:
+        return next((e for e in self.environments if e.name == name), None)
+
+    def default_environment(self) -> Environment:
+        return next((e for e in self.environments if e.default), self.environments[0])
+
+
+class ConfigError(Exception):
+    """The repository's config file is invalid; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str], path: str = CONFIG_PATH):
+        self.problems = problems
+        self.path = path
+        super().__init__(f"{path}: " + "; ".join(problems))
+
+
+def format_config_errors(exc: ValidationError) -> list[str]:
+    """One line per error: the key, the value given and what was expected."""
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"`{key}`: unknown key")
+            continue
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        lines.append(f"`{key}` = {shown}: {err['msg']}")
+    return lines
+
+
+def parse_repo_config(text: str | None, path: str = CONFIG_PATH) -> RepoConfig:
+    """Parse the YAML text of the config; ``None`` or empty means defaults."""
+    if text is None or not text.strip():
+        return RepoConfig()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"not valid YAML{where}: {problem}"], path) from None
+    if data is None:
+        return RepoConfig()
+    if not isinstance(data, dict):
+        raise ConfigError([f"expected a mapping at the top level, got {type(data).__name__}"], path)
+    try:
+        return RepoConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_config_errors(exc), path) from None

@@ -1,0 +1,107 @@
+"""The one runner interface: run a step in a workspace, cancel what is running.
+
+Two backends implement it: the host runner (subprocesses) and the container runner (Docker).
+Checks build :class:`Step` objects and read :class:`StepResult` objects; they never know which
+backend ran them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Where injected helper files (the probe, report paths) live inside a workspace.
+SCRATCH_DIR = ".paritybot"
+
+
+class Step(BaseModel):
+    """One command of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="short name for logs and reports: probe, pre-commit, tests")
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(1800, gt=0)
+    network: bool = Field(False, description="whether the step may reach the network")
+    workdir: str = Field(".", description="relative to the workspace root")
+    inject: dict[str, str] = Field(
+        default_factory=dict,
+        description="files (workspace-relative path → text) written before the step runs",
+    )
+    collect: list[str] = Field(
+        default_factory=list,
+        description="workspace-relative files read back after the step (e.g. a JUnit report)",
+    )
+
+
+class StepResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    exit_code: int | None = Field(description="None when the step never produced one")
+    output: str = Field("", description="stdout and stderr together, capped (head and tail kept)")
+    duration_s: float = 0.0
+    timed_out: bool = False
+    oom_killed: bool = False
+    cancelled: bool = False
+    error: str | None = Field(None, description="why the step could not run at all")
+    collected: dict[str, str] = Field(default_factory=dict, description="path → text of collected files")
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not (self.timed_out or self.oom_killed or self.cancelled)
+
+    def describe_failure(self) -> str:
+        """One line a user understands: why the step did not succeed."""
+        if self.error:
+            return self.error
+        if self.cancelled:
+            return f"{self.name}: cancelled"
+        if self.timed_out:
+            return f"{self.name}: timed out after {self.duration_s:.0f} s and was killed"
+        if self.oom_killed:
+            return f"{self.name}: killed: out of memory (exit {self.exit_code})"
+        return f"{self.name}: exit code {self.exit_code}"
+
+
+class RunnerInfo(BaseModel):
+    kind: str = Field(description="host or docker")
+    reason: str = Field("", description="why this backend was chosen")
+    image: str | None = None
+    image_digest: str | None = None
+    image_ref: str | None = Field(None, description="how a repro command names the image")
+    gpus: str | None = Field(None, description="the --gpus value a repro command needs")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Runner(Protocol):
+    """Runs steps of one run. One instance serves one run, then is closed."""
+
+    @property
+    def info(self) -> RunnerInfo: ...
+
+    async def prepare(self) -> None:
+        """Resolve the image and anything else needed before the first step; may raise RunnerError."""
+
+    async def run(self, step: Step, workspace: Path) -> StepResult: ...
+
+    async def cancel(self) -> None:
+        """Stop the step in progress within seconds; later steps return cancelled results."""
+
+    async def close(self) -> None: ...
+
+
+class RunnerError(Exception):
+    """The runner could not do its job (image missing, no GPU runtime); the message says why."""
+
+
+def cap_output(text: str, limit: int = 200_000) -> str:
+    """Keep the head and the tail of a long log; the middle rarely explains a failure."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n\n… {cut} characters cut …\n\n{text[-half:]}"

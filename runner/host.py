@@ -1,0 +1,100 @@
+"""The host runner: each step is a subprocess on the runner's own machine, with a timeout.
+
+It is the fallback when no container engine is reachable, and what ``paritybot check`` uses on a
+laptop. It gives no isolation: use it only for trusted code or inside a disposable machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import structlog
+
+from runner.base import RunnerInfo, Step, StepResult, cap_output
+
+log = structlog.get_logger(__name__)
+
+
+class HostRunner:
+    def __init__(self, reason: str = "", env: dict[str, str] | None = None, output_limit: int = 200_000):
+        self._info = RunnerInfo(kind="host", reason=reason, env=dict(env or {}))
+        self._proc: asyncio.subprocess.Process | None = None
+        self._cancelled = False
+        self._output_limit = output_limit
+
+    @property
+    def info(self) -> RunnerInfo:
+        return self._info
+
+    async def prepare(self) -> None:
+        return None
+
+    async def run(self, step: Step, workspace: Path) -> StepResult:
+        if self._cancelled:
+            return StepResult(name=step.name, exit_code=None, cancelled=True)
+        for rel, text in step.inject.items():
+            target = workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        env = {**os.environ, **self._info.env, **step.env}
+        started = time.monotonic()
+        try:
+            # A new session, so a timeout or cancel kills the whole process group, not just its leader.
+            self._proc = await asyncio.create_subprocess_exec(
+                *step.argv,
+                cwd=workspace / step.workdir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return StepResult(
+                name=step.name, exit_code=None, error=f"{step.name}: could not start {step.argv[0]}: {exc}"
+            )
+        proc = self._proc
+        timed_out = False
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=step.timeout_s)
+        except TimeoutError:
+            timed_out = True
+            self._kill(proc)
+            out, _ = await proc.communicate()
+        finally:
+            self._proc = None
+        duration = time.monotonic() - started
+        text = cap_output(out.decode("utf-8", "replace"), self._output_limit)
+        collected = {}
+        for rel in step.collect:
+            path = workspace / rel
+            if path.is_file():
+                collected[rel] = path.read_text(errors="replace")
+        log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
+        return StepResult(
+            name=step.name,
+            exit_code=proc.returncode,
+            output=text,
+            duration_s=duration,
+            timed_out=timed_out,
+            cancelled=self._cancelled and not timed_out,
+            collected=collected,
+        )
+
+    @staticmethod
+    def _kill(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    async def cancel(self) -> None:
+        self._cancelled = True
+        if self._proc is not None:
+            self._kill(self._proc)
+
+    async def close(self) -> None:
+        await self.cancel()
