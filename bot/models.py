@@ -216,9 +216,15 @@ class RunScope(StrEnum):
     ALL = "all"  # the whole suite
 
 
+class RunKind(StrEnum):
+    PULL_REQUEST = "pull_request"  # the checks of a PR head
+    BASELINE = "baseline"  # the default branch: CI reference probe and per-test coverage map
+
+
 class RunRequest(Model):
     """What a job asks the pipeline to do; stored as the job's payload."""
 
+    kind: RunKind = RunKind.PULL_REQUEST
     installation_id: int | None = None
     repo: str = Field(description="owner/name")
     clone_url: str
