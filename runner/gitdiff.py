@@ -1,0 +1,288 @@
+"""Small, exact questions to git about a pull request's change: real ``git`` subprocesses.
+
+The API is six functions and one model; the checks and the test selection build on them:
+
+* :func:`merge_base` — where the PR branched off (diff against this for PR semantics);
+* :func:`changed_files` — what the change touches, with line counts, renames followed;
+* :func:`changed_lines` — head-side line numbers the change adds or modifies;
+* :func:`show` / :func:`read_files` — a file's text at a revision (one, or many in one process);
+* :func:`list_files` — every file tracked at a revision.
+
+Every failure of git (a bad revision, not a repository) raises :class:`GitDiffError` carrying
+git's own stderr, so the user sees the real reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from enum import StrEnum
+from pathlib import Path
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+log = structlog.get_logger(__name__)
+
+# Settings that would change git's output format are pinned per call, so a user's or the
+# machine's git config (colour, external diff tools, odd prefixes, quoting) cannot break parsing.
+_GIT_OPTIONS = ["-c", "core.quotePath=false", "-c", "diff.noprefix=false", "-c", "color.ui=never"]
+_DIFF_OPTIONS = ["--no-ext-diff", "--no-textconv", "--no-color", "--find-renames"]
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+class GitDiffError(RuntimeError):
+    """A git command failed; ``stderr`` holds git's own explanation."""
+
+    def __init__(self, argv: list[str], returncode: int, stderr: str):
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        super().__init__(f"`git {' '.join(argv)}` failed (exit {returncode}): {self.stderr}")
+
+
+class FileStatus(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+    COPIED = "copied"
+    TYPE_CHANGED = "type_changed"
+
+
+_STATUS_LETTERS = {
+    "A": FileStatus.ADDED,
+    "M": FileStatus.MODIFIED,
+    "D": FileStatus.DELETED,
+    "R": FileStatus.RENAMED,
+    "C": FileStatus.COPIED,
+    "T": FileStatus.TYPE_CHANGED,
+}
+
+
+class ChangedFile(BaseModel):
+    """One file the change touches. ``path`` is the head-side path (the old one for deletions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    status: FileStatus = FileStatus.MODIFIED
+    additions: int = Field(0, ge=0)
+    deletions: int = Field(0, ge=0)
+    old_path: str | None = Field(None, description="the base-side path when renamed or copied")
+    binary: bool = False
+
+    @property
+    def lines_changed(self) -> int:
+        return self.additions + self.deletions
+
+
+def _run_git(repo: Path, args: list[str], stdin: bytes | None = None) -> bytes:
+    env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+    argv = ["git", "-C", str(repo), *_GIT_OPTIONS, *args]
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False)
+    except FileNotFoundError as exc:
+        raise GitDiffError(args, 127, f"git is not installed: {exc}") from None
+    if proc.returncode != 0:
+        raise GitDiffError(args, proc.returncode, proc.stderr.decode("utf-8", "replace"))
+    return proc.stdout
+
+
+def _decode(data: bytes) -> str:
+    # Source files are UTF-8 in practice; a stray byte must not lose the whole file.
+    return data.decode("utf-8", "replace")
+
+
+def merge_base(repo: Path, a: str, b: str) -> str:
+    """The best common ancestor of ``a`` and ``b`` as a full sha.
+
+    Raises:
+        GitDiffError: a revision is unknown, or the two share no history.
+    """
+    out = _decode(_run_git(repo, ["merge-base", a, b])).strip()
+    if not out:
+        raise GitDiffError(["merge-base", a, b], 1, f"{a} and {b} have no common ancestor")
+    return out
+
+
+def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
+    """Files that differ between ``base`` and ``head`` (a two-dot diff; pass a merge base for a PR).
+
+    Renames and copies are followed, so a moved file is one entry with ``old_path`` set; binary
+    files have ``binary=True`` and zero line counts.
+    """
+    status_out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "--name-status", "-z", base, head, "--"])
+    numstat_out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "--numstat", "-z", base, head, "--"])
+    counts = _parse_numstat(_decode(numstat_out))
+    files = []
+    for status, old_path, path in _parse_name_status(_decode(status_out)):
+        added, deleted = counts.get(path, (None, None))
+        files.append(
+            ChangedFile(
+                path=path,
+                status=status,
+                additions=added or 0,
+                deletions=deleted or 0,
+                old_path=old_path,
+                binary=path in counts and added is None,
+            )
+        )
+    return files
+
+
+def _parse_name_status(out: str) -> list[tuple[FileStatus, str | None, str]]:
+    fields = out.split("\0")
+    entries: list[tuple[FileStatus, str | None, str]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        letter = fields[i][0]
+        status = _STATUS_LETTERS.get(letter, FileStatus.MODIFIED)
+        if letter in "RC":
+            entries.append((status, fields[i + 1], fields[i + 2]))
+            i += 3
+        else:
+            entries.append((status, None, fields[i + 1]))
+            i += 2
+    return entries
+
+
+def _parse_numstat(out: str) -> dict[str, tuple[int | None, int | None]]:
+    """head path → (added, deleted); ``None`` counts mean a binary file."""
+    fields = out.split("\0")
+    counts: dict[str, tuple[int | None, int | None]] = {}
+    i = 0
+    while i < len(fields) and fields[i]:
+        added, deleted, path = fields[i].split("\t", 2)
+        if not path:  # a rename: the old and new paths follow as their own fields
+            path = fields[i + 2]
+            i += 3
+        else:
+            i += 1
+        counts[path] = (
+            None if added == "-" else int(added),
+            None if deleted == "-" else int(deleted),
+        )
+    return counts
+
+
+def changed_lines(
+    repo: Path, base: str, head: str, *, include_deletions: bool = False
+) -> dict[str, set[int]]:
+    """Head-side path → the head-side line numbers the change adds or modifies.
+
+    A pure deletion has no head-side line; with ``include_deletions`` the lines on either side of
+    the cut are marked instead, so a deleted statement still marks the function it was in.
+    Deleted files do not appear.
+    """
+    out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "-U0", "--src-prefix=a/", "--dst-prefix=b/", base, head])
+    return parse_unified_diff(_decode(out), include_deletions=include_deletions)
+
+
+def parse_unified_diff(patch: str, *, include_deletions: bool = False) -> dict[str, set[int]]:
+    """Parse ``git diff -U0`` output (with ``b/`` destination prefix) into head-side line sets."""
+    result: dict[str, set[int]] = {}
+    current: set[int] | None = None
+    for line in patch.split("\n"):
+        if line.startswith("+++ "):
+            path = _diff_path(line[4:])
+            current = None if path is None else result.setdefault(path, set())
+            continue
+        match = _HUNK.match(line)
+        if match is None or current is None:
+            continue
+        start, count = int(match.group(1)), int(match.group(2) or "1")
+        if count:
+            current.update(range(start, start + count))
+        elif include_deletions:
+            # ``+start,0`` means the cut lies just after head line ``start``.
+            current.update(n for n in (start, start + 1) if n >= 1)
+    return result
+
+
+def _diff_path(raw: str) -> str | None:
+    # git appends a tab to ---/+++ names that contain spaces.
+    raw = raw.removesuffix("\t")
+    if raw == "/dev/null":
+        return None
+    if raw.startswith('"'):
+        raw = _unquote_c(raw)
+    return raw[2:] if raw.startswith("b/") else raw
+
+
+def _unquote_c(quoted: str) -> str:
+    """Undo git's C-style quoting of a path: ``\\t``-style escapes and octal UTF-8 bytes."""
+    out = bytearray()
+    body = quoted[1:-1].encode("utf-8")
+    i = 0
+    while i < len(body):
+        if body[i] != 0x5C or i + 1 == len(body):  # not a backslash
+            out.append(body[i])
+            i += 1
+        elif body[i + 1 : i + 4].isdigit():
+            out.append(int(body[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            out.extend(_C_ESCAPES.get(chr(body[i + 1]), chr(body[i + 1])).encode())
+            i += 2
+    return out.decode("utf-8", "replace")
+
+
+_C_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r"}
+
+
+def show(repo: Path, rev: str, path: str) -> str | None:
+    """The text of ``path`` at ``rev``; ``None`` when the file does not exist there.
+
+    Raises:
+        GitDiffError: ``rev`` is not a valid revision.
+    """
+    return read_files(repo, rev, [path])[path]
+
+
+def read_files(repo: Path, rev: str, paths: list[str]) -> dict[str, str | None]:
+    """Many files at one revision through a single ``git cat-file --batch`` process.
+
+    Returns path → text, ``None`` for a path that is missing (or not a regular file) at ``rev``.
+
+    Raises:
+        GitDiffError: ``rev`` is not a valid revision.
+    """
+    commit = _resolve_commit(repo, rev)
+    if not paths:
+        return {}
+    if any("\n" in p for p in paths):
+        raise ValueError("paths with newlines cannot be read in batch")
+    request = "".join(f"{commit}:{p}\n" for p in paths).encode()
+    out = _run_git(repo, ["cat-file", "--batch"], stdin=request)
+    return dict(zip(paths, _parse_batch(out, len(paths)), strict=True))
+
+
+def _resolve_commit(repo: Path, rev: str) -> str:
+    return _decode(_run_git(repo, ["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"])).strip()
+
+
+def _parse_batch(out: bytes, count: int) -> list[str | None]:
+    texts: list[str | None] = []
+    pos = 0
+    for _ in range(count):
+        end = out.index(b"\n", pos)
+        header = out[pos:end].decode("utf-8", "replace").split(" ")
+        pos = end + 1
+        if len(header) != 3:  # "<object> missing" or "ambiguous"
+            texts.append(None)
+            continue
+        size = int(header[2])
+        body = out[pos : pos + size]
+        pos += size + 1  # the object is followed by a newline
+        texts.append(_decode(body) if header[1] == "blob" else None)
+    return texts
+
+
+def list_files(repo: Path, rev: str) -> list[str]:
+    """Every file tracked at ``rev`` (paths relative to the repository root)."""
+    commit = _resolve_commit(repo, rev)
+    out = _decode(_run_git(repo, ["ls-tree", "-r", "-z", "--name-only", commit]))
+    return [p for p in out.split("\0") if p]
