@@ -1,0 +1,111 @@
+"""The service's own settings: environment variables ``PARITYBOT_*`` and an optional file.
+
+These are the admin's settings (App id, key, secret, where the database is). The repository's
+settings live in ``.github/paritybot.yml`` (see :mod:`bot.config`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message names it in one line."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PARITYBOT_",
+        env_file=None,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    app_id: int | None = Field(None, description="the GitHub App's id")
+    private_key: SecretStr | None = Field(None, description="the App's PEM private key, as text")
+    private_key_path: Path | None = Field(None, description="a file holding the App's PEM private key")
+    webhook_secret: SecretStr | None = Field(None, description="the webhook secret set on the App")
+    github_api_url: str = Field("https://api.github.com", description="REST API base URL (GHES: …/api/v3)")
+    database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH")
+    runner: Literal["auto", "host", "docker"] = Field(
+        "auto", description="auto: the container engine when reachable, else the host"
+    )
+    host: str = Field("0.0.0.0", description="bind address of `serve`")
+    port: int = Field(8080, ge=1, le=65535)
+    workers: int = Field(2, ge=1, le=64, description="runs executed at once by this process")
+    workspace_root: Path = Field(Path("/tmp/paritybot/workspaces"), description="where runs check out code")
+    cache_root: Path = Field(Path("/tmp/paritybot/cache"), description="coverage maps, hook caches")
+    max_attempts: int = Field(2, ge=1, le=10, description="tries of a job interrupted by a crash")
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("github_api_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @field_validator("database_url")
+    @classmethod
+    def _db(cls, v: str) -> str:
+        if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must be sqlite:///PATH or postgresql://…")
+        return v
+
+    @model_validator(mode="after")
+    def _one_key(self) -> Settings:
+        if self.private_key is not None and self.private_key_path is not None:
+            raise ValueError("set PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH, not both")
+        return self
+
+    @property
+    def sqlite_path(self) -> Path:
+        if not self.database_url.startswith("sqlite:///"):
+            raise SettingsError(
+                "PARITYBOT_DATABASE_URL: PostgreSQL needs the multi-host backend, not in this build"
+            )
+        return Path(self.database_url.removeprefix("sqlite:///"))
+
+    def private_key_text(self) -> str:
+        """The PEM text, read from the file when a path is given."""
+        if self.private_key is not None:
+            return self.private_key.get_secret_value()
+        if self.private_key_path is None:
+            raise SettingsError("PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH: not set")
+        try:
+            return self.private_key_path.read_text()
+        except OSError as exc:
+            raise SettingsError(f"PARITYBOT_PRIVATE_KEY_PATH: cannot read {self.private_key_path}: {exc.strerror}")
+
+    def require_serving(self) -> None:
+        """`serve` fails closed: no secret, no App credentials → no service."""
+        if self.webhook_secret is None or not self.webhook_secret.get_secret_value():
+            raise SettingsError(
+                "PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks"
+            )
+        if self.app_id is None:
+            raise SettingsError("PARITYBOT_APP_ID: not set")
+        key = self.private_key_text()
+        if "PRIVATE KEY" not in key:
+            raise SettingsError("PARITYBOT_PRIVATE_KEY: not a PEM private key")
+        self.sqlite_path  # noqa: B018 - raises for unsupported database URLs
+
+
+def load_settings(env_file: Path | None = None, **overrides: object) -> Settings:
+    """Build the settings, turning pydantic's errors into one line that names the variable."""
+    try:
+        if env_file is not None:
+            if not env_file.is_file():
+                raise SettingsError(f"settings file {env_file}: not found")
+            return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "_".join(str(p) for p in err["loc"]).upper()
+        where = f"PARITYBOT_{name}" if name else "settings"
+        raise SettingsError(f"{where}: {err['msg']}") from None

@@ -1,0 +1,56 @@
+"""The aiohttp application: `POST /webhook` and `GET /healthz`.
+
+The webhook handler verifies, records and answers; it never runs work inside the request.
+"""
+
+from __future__ import annotations
+
+import structlog
+from aiohttp import web
+
+from bot.intake import MAX_BODY_BYTES, DeliveryRecorder, IntakeError, check_delivery
+
+log = structlog.get_logger(__name__)
+
+RECORDER_KEY = web.AppKey("recorder", DeliveryRecorder)
+SECRET_KEY = web.AppKey("secret", bytes)
+
+
+async def webhook(request: web.Request) -> web.Response:
+    body = await request.read()
+    try:
+        delivery = check_delivery(request.headers, body, request.app[SECRET_KEY])
+    except IntakeError as exc:
+        log.warning(
+            "delivery rejected",
+            status=exc.status,
+            reason=str(exc),
+            delivery_id=request.headers.get("X-GitHub-Delivery"),
+        )
+        return web.json_response({"error": str(exc)}, status=exc.status)
+    if delivery.event == "ping":
+        return web.json_response({"ok": True, "zen": "pong"})
+    try:
+        is_new = await request.app[RECORDER_KEY].record(delivery)
+    except Exception:
+        log.exception("delivery not recorded", delivery_id=delivery.delivery_id)
+        return web.json_response({"error": "could not record the delivery; redeliver it"}, status=503)
+    if not is_new:
+        return web.json_response({"status": "duplicate delivery ignored"}, status=202)
+    return web.json_response({"status": "accepted"}, status=202)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_web_app(secret: bytes, recorder: DeliveryRecorder) -> web.Application:
+    """The HTTP side only; the caller starts and stops the recorder and the background workers."""
+    if not secret:
+        raise ValueError("a webhook secret is required")
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[SECRET_KEY] = secret
+    app[RECORDER_KEY] = recorder
+    app.router.add_post("/webhook", webhook)
+    app.router.add_get("/healthz", healthz)
+    return app

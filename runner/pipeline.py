@@ -1,0 +1,276 @@
+"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → report.
+
+The pipeline knows the order of the steps and what each needs; the checks themselves live in
+their own modules. Everything it touches from outside (the runner backend, the clock, cached
+coverage maps, cancellation) is passed in, so the same code serves `serve`, `check` and the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from bot.collect_env import parse_pr_body
+from bot.config import Environment, RepoConfig
+from bot.models import (
+    CheckStatus,
+    DocstringResult,
+    EnvFacts,
+    PrecommitResult,
+    RunKind,
+    RunReport,
+    RunRequest,
+    RunScope,
+    RunState,
+    Selection,
+    SelectedTest,
+    TestOutcome,
+    TestsResult,
+)
+from handlers.rfc import collect_rfc_inputs, evaluate_rfc
+from runner.base import Runner, RunnerError
+from runner.coverage_map import CoverageMapStore, coverage_step, parse_coverage_db
+from runner.docstrings import check_docstrings
+from runner.parity import build_parity, reference_from_config
+from runner.precommit import run_precommit
+from runner.probe import parse_probe, probe_step
+from runner.repro import ReproContext
+from runner.selection import select_tests
+from runner.testexec import run_tests
+from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
+
+log = structlog.get_logger(__name__)
+
+RunnerFactory = Callable[[Environment, str], Awaitable[Runner]]
+
+
+@dataclass
+class PipelineDeps:
+    runner_factory: RunnerFactory
+    workspace_root: Path
+    cache_root: Path
+    token: str | None = None
+    baseline: EnvFacts | None = None  # the CI reference probe recorded on the default branch
+    keep_workspace: bool = False
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+class Cancelled(Exception):
+    pass
+
+
+class Pipeline:
+    """Runs one request in one environment. ``cancel()`` may be called from another task."""
+
+    def __init__(self, request: RunRequest, config: RepoConfig, environment: Environment, run_id: str, deps: PipelineDeps):
+        self.request = request
+        self.config = config
+        self.environment = environment
+        self.run_id = run_id
+        self.deps = deps
+        self._runner: Runner | None = None
+        self._cancelled = asyncio.Event()
+
+    async def cancel(self) -> None:
+        self._cancelled.set()
+        if self._runner is not None:
+            await self._runner.cancel()
+
+    def _check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise Cancelled()
+
+    async def execute(self) -> RunReport:
+        req = self.request
+        report = RunReport(
+            run_id=self.run_id,
+            repo=req.repo,
+            pr_number=req.pr_number,
+            head_sha=req.head_sha,
+            environment=self.environment.name,
+            started_at=self.deps.clock(),
+        )
+        workspace: Workspace | None = None
+        try:
+            workspace = await prepare_workspace(
+                clone_url=req.clone_url,
+                repo=req.repo,
+                head_sha=req.head_sha,
+                base_ref=req.base_ref,
+                run_id=self.run_id,
+                workspace_root=self.deps.workspace_root,
+                cache_root=self.deps.cache_root,
+                token=self.deps.token,
+            )
+            report.base_sha = workspace.base_sha or req.base_sha
+            self._check_cancelled()
+            self._runner = await self.deps.runner_factory(self.environment, self.run_id)
+            await self._runner.prepare()
+            info = self._runner.info
+            report.runner, report.runner_reason = info.kind, info.reason
+            report.image, report.image_digest, report.image_ref = info.image, info.image_digest, info.image_ref
+            if req.kind == RunKind.BASELINE:
+                await self._baseline(report, workspace)
+            else:
+                await self._checks(report, workspace)
+            report.state = RunState.SUCCEEDED
+        except Cancelled:
+            report.state = RunState.CANCELLED
+        except (WorkspaceError, RunnerError) as exc:
+            report.state, report.error = RunState.FAILED, str(exc)
+        except Exception as exc:
+            log.exception("run crashed")
+            report.state, report.error = RunState.FAILED, f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            if self._cancelled.is_set():
+                report.state = RunState.CANCELLED
+            if self._runner is not None:
+                await self._runner.close()
+            if workspace is not None and not self.deps.keep_workspace:
+                remove_workspace(workspace)
+            report.finished_at = self.deps.clock()
+        return report
+
+    # --- the PR checks ---------------------------------------------------------------------------
+
+    async def _checks(self, report: RunReport, ws: Workspace) -> None:
+        assert self._runner is not None
+        cfg, env = self.config, self.environment
+        step_timeout = env.step_timeout_minutes * 60
+        report.probe = await self._probe(ws)
+        self._check_cancelled()
+        base = ws.base_sha
+        if cfg.checks.precommit and base:
+            report.precommit = await run_precommit(
+                self._runner, ws.path, base, ws.head_sha, env.name, step_timeout, env.network.precommit
+            )
+        elif cfg.checks.precommit:
+            report.precommit = PrecommitResult(status=CheckStatus.ERROR, message="no base commit to diff against")
+        else:
+            report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
+        self._check_cancelled()
+        if cfg.checks.docstrings and base:
+            report.docstrings = await asyncio.to_thread(
+                check_docstrings, ws.path, base, ws.head_sha, cfg.docstrings
+            )
+        elif not cfg.checks.docstrings:
+            report.docstrings = DocstringResult(status=CheckStatus.DISABLED)
+        if base:
+            changed, api_changes, new_deps = await asyncio.to_thread(
+                collect_rfc_inputs, ws.path, base, ws.head_sha
+            )
+            report.rfc = evaluate_rfc(
+                cfg.rfc, changed, self.request.labels, self.request.pr_body, api_changes, new_deps
+            )
+        self._check_cancelled()
+        report.tests = await self._tests(report, ws) if cfg.checks.tests else TestsResult(status=CheckStatus.DISABLED)
+        report.parity = build_parity(
+            self._reference(),
+            report.probe,
+            parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
+            cfg.parity.packages,
+        )
+
+    async def _probe(self, ws: Workspace) -> EnvFacts:
+        assert self._runner is not None
+        step = probe_step(self.config.parity.packages)
+        return parse_probe(await self._runner.run(step, ws.path))
+
+    def _reference(self) -> EnvFacts | None:
+        if self.config.parity.reference:
+            return reference_from_config(self.config.parity.reference)
+        return self.deps.baseline
+
+    def _select(self, ws: Workspace) -> Selection:
+        req = self.request
+        if req.scope == RunScope.ALL:
+            return Selection(whole_suite=True, whole_suite_reasons=["`/retest-gpu all` asked for the whole suite"])
+        if req.scope == RunScope.FAILED:
+            return Selection(
+                tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
+            )
+        assert ws.base_sha is not None
+        store = CoverageMapStore(self.deps.cache_root / "coverage" / _safe(req.repo))
+        cov = store.load(ws.base_sha) if self.config.tests.use_coverage_map else None
+        return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, cov)
+
+    async def _tests(self, report: RunReport, ws: Workspace) -> TestsResult:
+        assert self._runner is not None
+        if ws.base_sha is None and self.request.scope == RunScope.SELECTED:
+            selection = Selection(whole_suite=True, whole_suite_reasons=["no base commit to compare with"])
+        else:
+            selection = await asyncio.to_thread(self._select, ws)
+        if not selection.whole_suite and not selection.tests:
+            return TestsResult(
+                status=CheckStatus.PASSED, selection=selection, message="no test can be affected by this change"
+            )
+        setup = await self._setup(ws)
+        if setup is not None:
+            return TestsResult(status=CheckStatus.ERROR, selection=selection, message=setup)
+        info = self._runner.info
+        repro = ReproContext(
+            head_sha=ws.head_sha,
+            clone_url=self.request.clone_url,
+            pr_number=self.request.pr_number,
+            image_ref=info.image_ref,
+            gpus=info.gpus,
+            env={**self.environment.env},
+            pytest_args=list(self.config.tests.pytest_args),
+            runner_kind=info.kind,
+            setup=list(self.environment.setup),
+        )
+        nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
+        results = await run_tests(self._runner, ws.path, nodeids, self.config.tests, repro)
+        self._check_cancelled()
+        bad = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        status = CheckStatus.FAILED if bad else CheckStatus.PASSED
+        return TestsResult(status=status, selection=selection, results=results)
+
+    async def _setup(self, ws: Workspace) -> str | None:
+        """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails."""
+        assert self._runner is not None
+        from runner.base import Step
+
+        for i, command in enumerate(self.environment.setup):
+            step = Step(
+                name=f"setup-{i + 1}",
+                argv=["sh", "-c", command],
+                timeout_s=self.environment.step_timeout_minutes * 60,
+                network=True,
+                env=dict(self.environment.env),
+            )
+            result = await self._runner.run(step, ws.path)
+            self._check_cancelled()
+            if not result.ok:
+                tail = "\n".join(result.output.strip().splitlines()[-15:])
+                return f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}"
+        return None
+
+    # --- the default branch: the CI reference and the coverage map ----------------------------------
+
+    async def _baseline(self, report: RunReport, ws: Workspace) -> None:
+        assert self._runner is not None
+        report.probe = await self._probe(ws)
+        if not self.config.tests.use_coverage_map:
+            return
+        error = await self._setup(ws)
+        if error is not None:
+            report.error = error
+            return
+        result = await self._runner.run(coverage_step(self.config.tests), ws.path)
+        self._check_cancelled()
+        data = result.collected.get(".paritybot/coverage.json") if result.collected else None
+        if data is None:
+            report.error = f"coverage map not built: {result.describe_failure()}"
+            return
+        store = CoverageMapStore(self.deps.cache_root / "coverage" / _safe(self.request.repo))
+        store.save(ws.head_sha, parse_coverage_db(data))
+
+
+def _safe(repo: str) -> str:
+    return repo.replace("/", "__")

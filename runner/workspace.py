@@ -1,0 +1,114 @@
+"""The PR's code at its head SHA, in a fresh directory, with the base commit available for diffs.
+
+A bare cache repository per GitHub repository keeps fetches small across runs; each run gets its
+own clone of it (``--local``: hard links, no alternates, so the workspace is complete on its own
+and can be copied into a container). The installation token goes into git through the
+environment, never onto a command line or into a remote URL, where ``ps`` or a log could show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class WorkspaceError(Exception):
+    """The code could not be fetched; the message says which command failed and why."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path
+    head_sha: str
+    base_sha: str | None  # the merge base with the PR's base branch, when there is one
+
+
+def git_auth_env(token: str | None) -> dict[str, str]:
+    """Environment that makes git send the installation token as HTTP basic auth."""
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    if token:
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env |= {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        }
+    return env
+
+
+async def git(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise WorkspaceError(f"git {args[0]} timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        message = err.decode(errors="replace").strip().splitlines()
+        raise WorkspaceError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+    return out.decode(errors="replace").strip()
+
+
+async def prepare_workspace(
+    *,
+    clone_url: str,
+    repo: str,
+    head_sha: str,
+    base_ref: str | None,
+    run_id: str,
+    workspace_root: Path,
+    cache_root: Path,
+    token: str | None = None,
+) -> Workspace:
+    """Fetch head (and the base branch) into the cache, then clone the head SHA into a new directory."""
+    env = git_auth_env(token)
+    cache = cache_root / "repos" / f"{_SAFE.sub('_', repo)}.git"
+    if not (cache / "HEAD").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        await git("init", "--bare", "--quiet", str(cache))
+    refspecs = [head_sha]
+    if base_ref:
+        refspecs.append(f"+refs/heads/{base_ref}:refs/heads/{base_ref}")
+    await git("fetch", "--quiet", "--no-tags", clone_url, *refspecs, cwd=cache, env=env)
+    # Keep the head reachable from a ref so `git clone` copies it.
+    await git("update-ref", f"refs/paritybot/{run_id}", head_sha, cwd=cache)
+    path = workspace_root / run_id
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await git("clone", "--quiet", "--local", "--no-checkout", str(cache), str(path))
+    await git("checkout", "--quiet", "--detach", head_sha, cwd=path)
+    await git("update-ref", "-d", f"refs/paritybot/{run_id}", cwd=cache)
+    base_sha = None
+    if base_ref:
+        try:
+            base_sha = await git("merge-base", head_sha, f"origin/{base_ref}", cwd=path)
+        except WorkspaceError:
+            log.warning("no merge base with the base branch", base_ref=base_ref)
+    return Workspace(path=path, head_sha=head_sha, base_sha=base_sha)
+
+
+def remove_workspace(workspace: Workspace) -> None:
+    shutil.rmtree(workspace.path, ignore_errors=True)
