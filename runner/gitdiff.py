@@ -40,7 +40,9 @@ class GitDiffError(RuntimeError):
         self.argv = argv
         self.returncode = returncode
         self.stderr = stderr.strip()
-        super().__init__(f"`git {' '.join(argv)}` failed (exit {returncode}): {self.stderr}")
+        # git can follow its reason with a whole usage text; the first lines carry the reason.
+        reason = " ".join(self.stderr.splitlines()[:3])[:500]
+        super().__init__(f"`git {' '.join(argv)}` failed (exit {returncode}): {reason}")
 
 
 class FileStatus(StrEnum):
@@ -102,7 +104,7 @@ def merge_base(repo: Path, a: str, b: str) -> str:
     Raises:
         GitDiffError: a revision is unknown, or the two share no history.
     """
-    out = _decode(_run_git(repo, ["merge-base", a, b])).strip()
+    out = _decode(_run_git(repo, ["merge-base", "--end-of-options", a, b])).strip()
     if not out:
         raise GitDiffError(["merge-base", a, b], 1, f"{a} and {b} have no common ancestor")
     return out
@@ -114,8 +116,12 @@ def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
     Renames and copies are followed, so a moved file is one entry with ``old_path`` set; binary
     files have ``binary=True`` and zero line counts.
     """
-    status_out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "--name-status", "-z", base, head, "--"])
-    numstat_out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "--numstat", "-z", base, head, "--"])
+    status_out = _run_git(
+        repo, ["diff", *_DIFF_OPTIONS, "--name-status", "-z", "--end-of-options", base, head, "--"]
+    )
+    numstat_out = _run_git(
+        repo, ["diff", *_DIFF_OPTIONS, "--numstat", "-z", "--end-of-options", base, head, "--"]
+    )
     counts = _parse_numstat(_decode(numstat_out))
     files = []
     for status, old_path, path in _parse_name_status(_decode(status_out)):
@@ -177,7 +183,20 @@ def changed_lines(
     the cut are marked instead, so a deleted statement still marks the function it was in.
     Deleted files do not appear.
     """
-    out = _run_git(repo, ["diff", *_DIFF_OPTIONS, "-U0", "--src-prefix=a/", "--dst-prefix=b/", base, head])
+    out = _run_git(
+        repo,
+        [
+            "diff",
+            *_DIFF_OPTIONS,
+            "-U0",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            "--end-of-options",
+            base,
+            head,
+            "--",
+        ],
+    )
     return parse_unified_diff(_decode(out), include_deletions=include_deletions)
 
 
