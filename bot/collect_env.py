@@ -320,7 +320,9 @@ def _feed_field(state: _State, kind: str, value: str, line: str) -> None:
             state.notes.append(f"vLLM variant of collect_env: {line.partition(':')[0].strip()}: {value}")
         return
     if kind in _MULTILINE:
-        state.blocks.setdefault(kind, [value] if value else [])
+        if kind in state.blocks:  # a repeated key: the first one stands, as for single values
+            return
+        state.blocks[kind] = [value] if value else []
         is_list_start = not value or value.lower().startswith("probably one of the following")
         if is_list_start:
             state.continuing = kind
