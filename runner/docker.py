@@ -1,0 +1,755 @@
+"""The container runner: every step in a fresh, hardened container of the CI's own image.
+
+What a run gets, and why:
+
+* The image is resolved once, in :meth:`DockerRunner.prepare`, to an immutable id; every step of
+  the run uses that id even if the tag moves meanwhile, and repro commands name it by digest.
+* One Docker volume per run holds a *copy* of the workspace (``/paritybot/workspace``) and the
+  home directory (``/paritybot/home``). Steps share it, so a set-up step's ``pip install`` (which
+  falls back to ``~/.local`` for a non-root user) and a test step's reports carry over from step
+  to step, while the host's checkout is never written. The copy is made with the Docker API
+  (``put_archive``), so it works with a remote engine and with a runner that itself runs in a
+  container. The volume is removed when the run closes, or at the next start-up if the runner
+  died (:func:`remove_orphans`).
+* Hardening by default: a non-root user (``environment.user``, else ``1000:1000``, which needs no
+  entry in the image's ``/etc/passwd``), every capability dropped, ``no-new-privileges``, a
+  read-only root file system, a size-limited ``/tmp`` tmpfs, memory (without swap), process, CPU
+  and ``/dev/shm`` limits, and no network unless the step asks for it.
+* pre-commit's hook environments and pip's cache live in named volumes keyed by the image digest
+  and the user id, so they survive runs but an image never sees another image's environments.
+* Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import structlog
+from docker.models.containers import Container
+from docker.types import DeviceRequest
+
+from bot.config import Environment
+from runner.base import RunnerError, RunnerInfo, Step, StepResult
+
+log = structlog.get_logger(__name__)
+
+LABEL_MANAGED = "paritybot.managed"
+LABEL_RUN_ID = "paritybot.run-id"
+LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or cache (kept across runs)
+
+RUN_MOUNT = "/paritybot"
+WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
+HOME_DIR = f"{RUN_MOUNT}/home"
+PRECOMMIT_MOUNT = "/paritybot-cache/pre-commit"
+PIP_MOUNT = "/paritybot-cache/pip"
+# A fresh volume's root belongs to root; the data lives one level down, in a directory the
+# runner creates with the step user's ownership.
+CACHE_SUBDIR = "data"
+DEFAULT_USER = "1000:1000"
+NVIDIA_HINT = (
+    "the container engine has no NVIDIA runtime: install the NVIDIA Container Toolkit "
+    "(nvidia-container-toolkit) on the runner's machine and restart the engine, or set `gpus: none`"
+)
+_GPU_ERRORS = (
+    "could not select device driver",
+    "nvidia-container-cli",
+    "unknown or invalid runtime name: nvidia",
+)
+_SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
+OnOutput = Callable[[str], None]
+
+
+# --- pure helpers ----------------------------------------------------------------------------------
+
+
+def device_requests(gpus: str | int | list[str]) -> list[DeviceRequest]:
+    """``environment.gpus`` as Docker device requests: 'all', a count, device ids, or none."""
+    if gpus == "none" or gpus == 0 or gpus == []:
+        return []
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if isinstance(gpus, int):
+        return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+    if isinstance(gpus, list):
+        return [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+    raise ValueError(f"gpus must be 'all', 'none', a count or a list of device ids, not {gpus!r}")
+
+
+def gpus_flag(gpus: str | int | list[str]) -> str | None:
+    """The ``docker run --gpus`` value asking for the same GPUs; None when no GPU is requested."""
+    if not device_requests(gpus):
+        return None
+    if isinstance(gpus, list):
+        # The CLI splits --gpus on commas, so a device list must be quoted inside the value.
+        return '"device=' + ",".join(str(g) for g in gpus) + '"'
+    return str(gpus)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
+    for secret in sorted({s for s in secrets if len(s) >= _SECRET_MIN_LEN}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _edge_redact(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
+    """Hide a secret cut in two by the output cap: its start ends the head, its end starts the tail."""
+    for secret in (s for s in secrets if len(s) >= _SECRET_MIN_LEN):
+        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+            if head.endswith(secret[:n]):
+                head = head[: len(head) - n] + "***"
+                break
+        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+            if tail.startswith(secret[-n:]):
+                tail = "***" + tail[n:]
+                break
+    return head, tail
+
+
+class OutputBuffer:
+    """Keeps the first and the last ``limit // 2`` characters of a stream, in bounded memory."""
+
+    def __init__(self, limit: int):
+        self._half = max(limit // 2, 1)
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail = ""
+        self._dropped = 0
+        self._decoder = _Utf8Decoder()
+
+    def feed(self, chunk: bytes) -> str:
+        text = self._decoder.decode(chunk)
+        room = self._half - self._head_len
+        if room > 0:
+            self._head.append(text[:room])
+            self._head_len += min(room, len(text))
+            text = text[room:]
+        if text:
+            self._tail += text
+            if len(self._tail) > self._half:
+                self._dropped += len(self._tail) - self._half
+                self._tail = self._tail[-self._half :]
+        return text
+
+    def text(self, secrets: Iterable[str] = ()) -> str:
+        self.feed(b"")
+        self._tail += self._decoder.decode(b"", final=True)
+        head, tail = "".join(self._head), self._tail
+        secrets = list(secrets)
+        if not self._dropped:
+            return redact(head + tail, secrets)
+        head, tail = _edge_redact(redact(head, secrets), redact(tail, secrets), secrets)
+        return f"{head}\n\n… {self._dropped} characters cut …\n\n{tail}"
+
+
+class _Utf8Decoder:
+    def __init__(self) -> None:
+        import codecs
+
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        return self._dec.decode(data, final)
+
+
+def parse_user(spec: str, passwd: str | None = None, group: str | None = None) -> tuple[int, int]:
+    """Numeric (uid, gid) for a Docker ``user`` value, resolved the way the engine resolves it.
+
+    ``uid[:gid]`` needs no files; a name needs the image's ``/etc/passwd`` (and ``/etc/group`` for a
+    group name). A uid without a gid takes the passwd entry's group, else 0, as Docker does.
+    """
+    user, _, grp = spec.partition(":")
+    users = _colon_table(passwd)
+    if user.isdigit():
+        uid = int(user)
+        entry = next((row for row in users.values() if row[1] == user), None)
+        default_gid = int(entry[2]) if entry and entry[2].isdigit() else 0
+    elif user in users and users[user][1].isdigit():
+        uid = int(users[user][1])
+        default_gid = int(users[user][2]) if users[user][2].isdigit() else 0
+    else:
+        raise RunnerError(f"user {user!r} is not in the image's /etc/passwd; use a numeric uid:gid")
+    if not grp:
+        return uid, default_gid
+    if grp.isdigit():
+        return uid, int(grp)
+    groups = _colon_table(group)
+    if grp in groups and groups[grp][1].isdigit():
+        return uid, int(groups[grp][1])
+    raise RunnerError(f"group {grp!r} is not in the image's /etc/group; use a numeric uid:gid")
+
+
+def _colon_table(text: str | None) -> dict[str, list[str]]:
+    """name → fields after the name, for passwd/group files (x, id, gid / x, gid)."""
+    table: dict[str, list[str]] = {}
+    for line in (text or "").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and not line.startswith("#"):
+            table.setdefault(fields[0], fields)
+    return table
+
+
+def needs_image_accounts(spec: str) -> bool:
+    """Whether resolving ``spec`` needs the image's passwd/group files."""
+    user, sep, grp = spec.partition(":")
+    return not (user.isdigit() and sep and grp.isdigit())
+
+
+def pick_repo_digest(image_name: str, repo_digests: list[str]) -> str | None:
+    """The ``repo@sha256:…`` naming the configured repository, else the first one, else None."""
+    repo = _repository(image_name)
+    for ref in repo_digests:
+        if ref.split("@", 1)[0] == repo:
+            return ref
+    return repo_digests[0] if repo_digests else None
+
+
+def _repository(image_name: str) -> str:
+    name = image_name.split("@", 1)[0]
+    # A tag follows the last colon only if that colon comes after the last slash (registry:port/…).
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    return name
+
+
+def cache_volume_name(kind: str, image_digest: str, uid: int) -> str:
+    digest = image_digest.split(":", 1)[-1][:16]
+    return f"paritybot-cache-{kind}-{digest}-u{uid}"
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:100]
+
+
+def _api_error_text(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", "replace")
+    return str(explanation or exc).strip()
+
+
+def _is_gpu_error(text: str) -> bool:
+    return any(marker in text for marker in _GPU_ERRORS)
+
+
+# --- tar archives in and out of containers -----------------------------------------------------------
+
+
+def _owned(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
+    def set_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+        return info
+
+    return set_owner
+
+
+def workspace_archive(workspace: Path, top: str, uid: int, gid: int) -> tempfile.SpooledTemporaryFile[bytes]:
+    """A tar of ``workspace`` under ``top/``, every entry owned by the step user; spooled to disk."""
+    # Returned open: the caller streams it to the engine and closes it.
+    spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(workspace, arcname=top, recursive=True, filter=_owned(uid, gid))
+    spool.seek(0)
+    return spool
+
+
+def files_archive(dirs: Iterable[str], files: dict[str, str], uid: int, gid: int) -> bytes:
+    """A tar with directories and text files (path → text), every entry owned by the step user."""
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        made: set[str] = set()
+        for path in [*dirs, *(str(Path(p).parent) for p in files)]:
+            parts = Path(path).parts
+            for i in range(1, len(parts) + 1):
+                sub = "/".join(parts[:i])
+                if sub in made or sub == ".":
+                    continue
+                made.add(sub)
+                info = tarfile.TarInfo(sub)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+                tar.addfile(_owned(uid, gid)(info))
+        for path, text in files.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(_owned(uid, gid)(info), io.BytesIO(data))
+    return buf.getvalue()
+
+
+def read_archive_file(chunks: Iterator[bytes]) -> str | None:
+    """The text of the single regular file in a ``get_archive`` stream, None if it is not a file."""
+    with tempfile.SpooledTemporaryFile(max_size=8 << 20) as spool:
+        for chunk in chunks:
+            spool.write(chunk)
+        spool.seek(0)
+        with tarfile.open(fileobj=spool, mode="r|") as tar:
+            for member in tar:
+                if member.isfile():
+                    fh = tar.extractfile(member)
+                    return fh.read().decode("utf-8", "replace") if fh else None
+    return None
+
+
+def _safe_relative(rel: str) -> str:
+    """A workspace-relative path that cannot climb out of the workspace."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        raise RunnerError(f"path {rel!r} must be relative to the workspace and stay inside it")
+    return "/".join(parts)
+
+
+# --- the runner ------------------------------------------------------------------------------------
+
+
+class DockerRunner:
+    """Runs the steps of one run in containers of ``environment.image``; see the module docstring."""
+
+    def __init__(
+        self,
+        environment: Environment,
+        run_id: str,
+        client: docker.DockerClient | None = None,
+        *,
+        redact: list[str] | None = None,
+        reason: str = "",
+        output_limit: int = 200_000,
+        on_output: OnOutput | None = None,
+        cache_volumes: bool = True,
+    ):
+        if not environment.image:
+            raise RunnerError(f"environment {environment.name} has no image; the container runner needs one")
+        self.environment = environment
+        self.run_id = run_id
+        self._client = client
+        self._own_client = client is None
+        self._secrets = [s for s in (redact or []) if s]
+        self._output_limit = output_limit
+        self._on_output = on_output
+        self._cache_volumes = cache_volumes
+        self._info = RunnerInfo(
+            kind="docker",
+            reason=reason,
+            image=environment.image,
+            gpus=gpus_flag(environment.gpus),
+            env=dict(environment.env),
+        )
+        self._image_id: str | None = None
+        self._uid_gid: tuple[int, int] | None = None
+        self._host_config: dict[str, Any] = {}
+        self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
+        self._volumes_ready = False
+        self._copied: Path | None = None
+        self._current: Container | None = None
+        self._cancelled = False
+        self._cancel_event = asyncio.Event()
+
+    @property
+    def info(self) -> RunnerInfo:
+        return self._info
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            raise RunnerError("the container runner was used before prepare()")
+        return self._client
+
+    # --- prepare -------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Connect, resolve (or pull) the image, check the limits; raises RunnerError with the cause."""
+        if self._client is None:
+            try:
+                self._client = await asyncio.to_thread(docker.from_env)
+            except docker.errors.DockerException as exc:
+                raise RunnerError(f"no container engine reachable: {exc}") from None
+        image = await asyncio.to_thread(self._resolve_image)
+        self._image_id = image.id
+        repo_digest = pick_repo_digest(self.environment.image or "", image.attrs.get("RepoDigests") or [])
+        self._info.image_digest = repo_digest.split("@", 1)[1] if repo_digest else image.id
+        self._info.image_ref = repo_digest or image.id
+        self._uid_gid = await asyncio.to_thread(self._resolve_user)
+        self._host_config = await asyncio.to_thread(self._limits)
+        log.info(
+            "container runner ready",
+            run_id=self.run_id,
+            image=self.environment.image,
+            image_ref=self._info.image_ref,
+            user=self._user,
+            gpus=self._info.gpus,
+        )
+
+    def _resolve_image(self) -> Any:
+        name = self.environment.image or ""
+        try:
+            return self.client.images.get(name)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise RunnerError(f"could not inspect image {name}: {_api_error_text(exc)}") from None
+        log.info("pulling image", image=name)
+        try:
+            # pull() with no tag means :latest; a name with a tag or digest pulls exactly that.
+            return self.client.images.pull(name)
+        except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
+            raise RunnerError(
+                f"image {name} is not on the container engine and could not be pulled: {_api_error_text(exc)}"
+            ) from None
+
+    @property
+    def _user(self) -> str:
+        return self.environment.user or DEFAULT_USER
+
+    def _resolve_user(self) -> tuple[int, int]:
+        spec = self._user
+        if not needs_image_accounts(spec):
+            return parse_user(spec)
+        passwd = self._image_file("/etc/passwd")
+        group = self._image_file("/etc/group") if ":" in spec else None
+        return parse_user(spec, passwd, group)
+
+    def _image_file(self, path: str) -> str | None:
+        """A file of the image, read from a created (never started) container."""
+        container = self.client.containers.create(self._image_id, ["true"], labels=self._labels("step"))
+        try:
+            chunks, _ = container.get_archive(path)
+            return read_archive_file(chunks)
+        except docker.errors.NotFound:
+            return None
+        finally:
+            container.remove(force=True)
+
+    def _limits(self) -> dict[str, Any]:
+        limits = self.environment.limits
+        # Asking for more CPUs than the engine has is an error in Docker; cap it to what exists.
+        ncpu = int(self.client.info().get("NCPU") or 0)
+        cpus = min(limits.cpus, ncpu) if ncpu else limits.cpus
+        if cpus < limits.cpus:
+            log.info("cpu limit capped to the engine's CPUs", asked=limits.cpus, cpus=cpus)
+        tmpfs_opts = f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},mode=1777"
+        config = {
+            "mem_limit": limits.memory,
+            "memswap_limit": limits.memory,  # the same value: no swap on top of the memory limit
+            "pids_limit": limits.pids,
+            "nano_cpus": int(cpus * 1e9),
+            "shm_size": limits.shm_size,
+            "tmpfs": {"/tmp": tmpfs_opts},
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "device_requests": device_requests(self.environment.gpus),
+        }
+        try:
+            from docker.utils import parse_bytes
+
+            for key in ("mem_limit", "shm_size"):
+                parse_bytes(config[key])
+            parse_bytes(limits.tmpfs_size)
+        except docker.errors.DockerException as exc:
+            raise RunnerError(f"environment {self.environment.name}: bad size in limits: {exc}") from None
+        return config
+
+    # --- run -----------------------------------------------------------------------------------
+
+    async def run(self, step: Step, workspace: Path) -> StepResult:
+        if self._cancelled:
+            return StepResult(name=step.name, exit_code=None, cancelled=True)
+        if self._image_id is None:
+            await self.prepare()
+        for rel in step.inject:
+            _safe_relative(rel)
+        started = time.monotonic()
+        container = await asyncio.to_thread(self._create, step, workspace)
+        self._current = container
+        try:
+            return await self._run_created(step, container, started)
+        finally:
+            self._current = None
+            await asyncio.to_thread(_remove_container, container)
+
+    def _create(self, step: Step, workspace: Path) -> Container:
+        self._ensure_volumes()
+        env = {
+            "HOME": HOME_DIR,
+            "USER": "paritybot",
+            "LOGNAME": "paritybot",
+            "TMPDIR": "/tmp",
+            **(
+                {
+                    "PRE_COMMIT_HOME": f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}",
+                    "PIP_CACHE_DIR": f"{PIP_MOUNT}/{CACHE_SUBDIR}",
+                }
+                if self._cache_volumes
+                else {}
+            ),
+            **self._info.env,
+            **step.env,
+        }
+        workdir = (
+            f"{WORKSPACE_DIR}/{_safe_relative(step.workdir)}"
+            if step.workdir not in (".", "")
+            else WORKSPACE_DIR
+        )
+        try:
+            container = self.client.containers.create(
+                self._image_id,
+                step.argv,
+                name=f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}",
+                user=self._user,
+                environment=env,
+                working_dir=workdir,
+                labels=self._labels("step", step=step.name),
+                network_mode="bridge" if step.network else "none",
+                volumes=self._mounts(),
+                stdin_open=False,
+                tty=False,
+                **self._host_config,
+            )
+        except docker.errors.APIError as exc:
+            raise RunnerError(
+                f"{step.name}: could not create the container: {_api_error_text(exc)}"
+            ) from None
+        try:
+            self._fill(container, step, workspace)
+        except BaseException:
+            _remove_container(container)
+            raise
+        return container
+
+    def _fill(self, container: Container, step: Step, workspace: Path) -> None:
+        """Copy the workspace (first step only) and the step's injected files into the run volume."""
+        uid, gid = self._uid_gid or (0, 0)
+        resolved = workspace.resolve()
+        if self._copied != resolved:
+            with workspace_archive(resolved, "workspace", uid, gid) as archive:
+                container.put_archive(RUN_MOUNT, archive)
+            self._copied = resolved
+        files = {f"workspace/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
+        container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
+
+    def _ensure_volumes(self) -> None:
+        if self._volumes_ready:
+            return
+        uid, gid = self._uid_gid or (0, 0)
+        self._get_or_create_volume(self._run_volume, self._labels("workspace"))
+        if self._cache_volumes:
+            for kind in ("pre-commit", "pip"):
+                name = self._cache_name(kind)
+                volume = self._get_or_create_volume(name, {LABEL_MANAGED: "1", LABEL_ROLE: "cache"})
+                del volume
+            # The cache data directories must belong to the step user; a never-started container
+            # with the volumes mounted lets the engine create them with that owner.
+            holder = self.client.containers.create(
+                self._image_id,
+                ["true"],
+                labels=self._labels("step"),
+                volumes=self._mounts(),
+                network_mode="none",
+            )
+            try:
+                data = files_archive([CACHE_SUBDIR], {}, uid, gid)
+                holder.put_archive(PRECOMMIT_MOUNT, data)
+                holder.put_archive(PIP_MOUNT, data)
+            finally:
+                _remove_container(holder)
+        self._volumes_ready = True
+
+    def _get_or_create_volume(self, name: str, labels: dict[str, str]) -> Any:
+        try:
+            return self.client.volumes.get(name)
+        except docker.errors.NotFound:
+            return self.client.volumes.create(name, labels=labels)
+
+    def _cache_name(self, kind: str) -> str:
+        uid = (self._uid_gid or (0, 0))[0]
+        return cache_volume_name(kind, self._info.image_digest or self._image_id or "", uid)
+
+    def _mounts(self) -> dict[str, dict[str, str]]:
+        mounts = {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
+        if self._cache_volumes:
+            mounts[self._cache_name("pre-commit")] = {"bind": PRECOMMIT_MOUNT, "mode": "rw"}
+            mounts[self._cache_name("pip")] = {"bind": PIP_MOUNT, "mode": "rw"}
+        return mounts
+
+    def _labels(self, role: str, **extra: str) -> dict[str, str]:
+        return {LABEL_MANAGED: "1", LABEL_RUN_ID: self.run_id, LABEL_ROLE: role} | {
+            f"paritybot.{k}": v for k, v in extra.items()
+        }
+
+    async def _run_created(self, step: Step, container: Container, started: float) -> StepResult:
+        buffer = OutputBuffer(self._output_limit)
+        if self._cancelled:
+            return StepResult(name=step.name, exit_code=None, cancelled=True)
+        # Attach before start: every byte is seen, whatever log driver the engine uses.
+        stream = await asyncio.to_thread(container.attach, stdout=True, stderr=True, stream=True, logs=True)
+        try:
+            await asyncio.to_thread(container.start)
+        except docker.errors.APIError as exc:
+            text = _api_error_text(exc)
+            if _is_gpu_error(text):
+                raise RunnerError(f"{step.name}: GPUs were requested but {NVIDIA_HINT} ({text})") from None
+            return StepResult(
+                name=step.name,
+                exit_code=None,
+                error=f"{step.name}: the container did not start: {text}",
+                duration_s=time.monotonic() - started,
+            )
+        pump = asyncio.create_task(asyncio.to_thread(self._pump, stream, buffer, container, step.timeout_s))
+        cancel_wait = asyncio.create_task(self._cancel_event.wait())
+        done, _ = await asyncio.wait(
+            {pump, cancel_wait}, timeout=step.timeout_s, return_when="FIRST_COMPLETED"
+        )
+        timed_out = pump not in done and not self._cancelled
+        cancel_wait.cancel()
+        if pump not in done:
+            await asyncio.to_thread(_kill, container)
+        status = await pump
+        state = (await asyncio.to_thread(_inspect_state, container)) or {}
+        exit_code = state.get("ExitCode", status)
+        oom = bool(state.get("OOMKilled"))
+        collected = await asyncio.to_thread(self._collect, container, step.collect)
+        output = buffer.text(self._secrets)
+        if oom:
+            output += f"\n[paritybot] killed: out of memory (limit {self.environment.limits.memory})\n"
+        elif timed_out:
+            output += f"\n[paritybot] killed: still running after {step.timeout_s:g} s\n"
+        duration = time.monotonic() - started
+        log.info("step finished", step=step.name, exit_code=exit_code, duration_s=round(duration, 3), oom=oom)
+        return StepResult(
+            name=step.name,
+            exit_code=exit_code,
+            output=output,
+            duration_s=duration,
+            timed_out=timed_out,
+            oom_killed=oom,
+            cancelled=self._cancelled and not timed_out,
+            collected=collected,
+        )
+
+    def _pump(
+        self, stream: Iterator[bytes], buffer: OutputBuffer, container: Container, timeout: float
+    ) -> int | None:
+        """Read the output until the container ends, then return its exit status (thread body)."""
+        lock = threading.Lock()
+        try:
+            for chunk in stream:
+                text = buffer.feed(chunk)
+                if self._on_output and text:
+                    with lock:
+                        self._on_output(redact(text, self._secrets))
+        except docker.errors.DockerException as exc:
+            log.warning("output stream broke", error=str(exc))
+        try:
+            # The stream ends when the container's output closes; wait() then returns at once.
+            result = container.wait(timeout=timeout + 60)
+        except Exception as exc:  # the engine went away or the wait timed out; the state says more
+            log.warning("waiting for the container failed", error=str(exc))
+            return None
+        code = result.get("StatusCode")
+        return code if isinstance(code, int) else None
+
+    def _collect(self, container: Container, paths: list[str]) -> dict[str, str]:
+        collected: dict[str, str] = {}
+        for rel in paths:
+            try:
+                chunks, _ = container.get_archive(f"{WORKSPACE_DIR}/{_safe_relative(rel)}")
+                text = read_archive_file(chunks)
+            except (docker.errors.NotFound, RunnerError):
+                continue
+            except (docker.errors.APIError, tarfile.TarError) as exc:
+                log.warning("could not collect a file", path=rel, error=str(exc))
+                continue
+            if text is not None:
+                collected[rel] = redact(text, self._secrets)
+        return collected
+
+    # --- cancel and close -------------------------------------------------------------------------
+
+    async def cancel(self) -> None:
+        self._cancelled = True
+        self._cancel_event.set()
+        container = self._current
+        if container is not None:
+            await asyncio.to_thread(_kill, container)
+
+    async def close(self) -> None:
+        await self.cancel()
+        if self._client is None:
+            return
+        await asyncio.to_thread(self._remove_run_volume)
+        if self._own_client:
+            await asyncio.to_thread(self._client.close)
+
+    def _remove_run_volume(self) -> None:
+        # Containers of this run hold the volume; remove any left by a step that crashed midway.
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
+        ):
+            _remove_container(container)
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.volumes.get(self._run_volume).remove(force=True)
+
+
+def _kill(container: Container) -> None:
+    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        container.kill()
+
+
+def _remove_container(container: Container) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        try:
+            container.remove(force=True, v=False)
+        except docker.errors.APIError as exc:
+            # 409: removal already in progress (a concurrent cancel); that is the outcome we want.
+            if getattr(exc, "status_code", None) != 409:
+                raise
+
+
+def _inspect_state(container: Container) -> dict[str, Any] | None:
+    try:
+        container.reload()
+    except docker.errors.NotFound:
+        return None
+    state = container.attrs.get("State")
+    return state if isinstance(state, dict) else None
+
+
+def remove_orphans(client: docker.DockerClient, live_run_ids: set[str] | None = None) -> int:
+    """Remove containers and per-run volumes left by runners that died; returns the container count.
+
+    Call it at start-up, before taking jobs, with the ids of runs still in progress elsewhere
+    (none, for a single runner). Cache volumes are kept: they are meant to outlive runs.
+    """
+    live = live_run_ids or set()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
+        if container.labels.get(LABEL_RUN_ID) in live:
+            continue
+        _remove_container(container)
+        removed += 1
+    volumes = 0
+    for volume in client.volumes.list(filters={"label": f"{LABEL_ROLE}=workspace"}):
+        labels = volume.attrs.get("Labels") or {}
+        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_RUN_ID) in live:
+            continue
+        try:
+            volume.remove(force=True)
+            volumes += 1
+        except docker.errors.APIError as exc:
+            log.warning("could not remove an orphaned volume", volume=volume.name, error=_api_error_text(exc))
+    if removed or volumes:
+        log.info("removed orphans", containers=removed, volumes=volumes)
+    return removed
