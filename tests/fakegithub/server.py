@@ -171,7 +171,7 @@ class FakeGitHub:
         head_ref: str = "feature",
         base_ref: str | None = None,
         base_sha: str = "0" * 40,
-        head_repo: str | None | bool = True,
+        head_repo: str | bool | None = True,
         draft: bool = False,
         labels: Iterable[str] = (),
         files: Iterable[PullFile | str] = (),
@@ -312,9 +312,8 @@ class FakeGitHub:
         for call in self.calls:
             if call.method != method.upper():
                 continue
-            if call.path == path:
-                out.append(call)
-            elif call.operation_id is not None and self._spec.by_id[call.operation_id].template == path:
+            template = self._spec.by_id[call.operation_id].template if call.operation_id else None
+            if path in (call.path, template):
                 out.append(call)
         return out
 
