@@ -428,22 +428,36 @@ def diff_api(old: dict[str, ApiObject], new: dict[str, ApiObject]) -> list[ApiCh
 
 
 def _match_renames(old: dict[str, ApiObject], new: dict[str, ApiObject]) -> dict[str, str]:
+    """Removed qualname → added qualname. Same body wins over same position, and a position
+    only means something inside one module or class, while a body can move between modules."""
     removed = [o for q, o in old.items() if q not in new]
     added = [o for q, o in new.items() if q not in old]
     renames: dict[str, str] = {}
-    for obj in removed:  # classes come before their members, so a parent's rename is known
-        parent = renames.get(obj.parent, obj.parent) if obj.parent else None
-        candidates = [
-            a
-            for a in added
-            if a.kind == obj.kind and a.parent == parent and a.qualname not in renames.values()
-        ]
-        by_shape = [a for a in candidates if a.body_shape == obj.body_shape]
-        by_position = [a for a in candidates if a.position == obj.position]
-        match = by_shape if len(by_shape) == 1 else by_position
-        if len(match) == 1 and (obj.parent is None or obj.parent in renames or obj.parent in new):
-            renames[obj.qualname] = match[0].qualname
+    for by_body in (True, False):
+        for obj in removed:  # classes come before their members, so a parent's rename is known
+            if obj.qualname in renames or (
+                obj.parent and obj.parent not in new and obj.parent not in renames
+            ):
+                continue
+            container = _container(obj)
+            container = renames.get(container, container)
+            match = [
+                a
+                for a in added
+                if a.kind == obj.kind
+                and a.qualname not in renames.values()
+                and (a.body_shape == obj.body_shape if by_body else a.position == obj.position)
+                and (by_body or _container(a) == container)
+                and (obj.parent is None) == (a.parent is None)
+            ]
+            if len(match) == 1:
+                renames[obj.qualname] = match[0].qualname
     return renames
+
+
+def _container(obj: ApiObject) -> str:
+    """The module or class an object is defined in."""
+    return obj.parent or obj.qualname.rsplit(".", 1)[0]
 
 
 _KIND_WORDS = {
