@@ -2,10 +2,10 @@
 
 Sources (vendored in ``tests/fixtures/github/``): npm ``@octokit/webhooks-examples`` 7.6.1 (the
 payloads) and npm ``@octokit/webhooks-schemas`` 7.6.1 (their draft-07 schema). Every payload a
-``*_event`` helper returns has been validated against the schema definition ``<event>$<action>``
+``*_event`` function returns has been validated against the schema definition ``<event>$<action>``
 (or ``<event>$event``), so a derivation that drifts from what GitHub sends fails loudly.
 
-Helpers leave a field as the real example has it unless an argument asks otherwise.
+The functions leave a field as the real example has it unless an argument asks otherwise.
 """
 
 from __future__ import annotations

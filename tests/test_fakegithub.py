@@ -329,6 +329,12 @@ async def test_contents_are_base64_at_the_requested_ref(fake_github: FakeGitHub,
         assert rest_spec().response_errors("repos/get-content", 200, item) == []
     encoded = await client.raw("GET", f"/repos/{REPO}/contents/.github%2Fparitybot.yml")
     assert encoded[0] == 200
+    raw = await client.gh.getitem(
+        f"/repos/{REPO}/contents/.github/paritybot.yml",
+        accept="application/vnd.github.raw+json",
+        oauth_token=client.token,
+    )
+    assert raw == "environments: []\n"
     with pytest.raises(BadRequest) as missing:
         await client.gh.getitem(f"/repos/{REPO}/contents/setup.cfg", oauth_token=client.token)
     assert missing.value.status_code == 404

@@ -177,6 +177,9 @@ async def get_content(ctx: Ctx) -> web.Response:
     path = ctx.params["path"].strip("/")
     tree = repo.files.get(ref, {})
     if path in tree:
+        if ".raw" in ctx.request.headers.get("Accept", ""):
+            # The raw media type (application/vnd.github.raw[+json]) answers with the bytes themselves.
+            return web.Response(body=tree[path], content_type="text/plain", charset="utf-8")
         return respond(render.content_file(ctx.site, repo, path, ref, tree[path]))
     children = sorted({p[len(path) + 1 :].split("/", 1)[0] for p in tree if p.startswith(path + "/")})
     if not children:

@@ -426,6 +426,10 @@ class FakeGitHub:
             if exc.refusal:
                 self._violation("invalid-request", call, op.operation_id, [exc.message])
             return handlers.respond({"message": exc.message, "documentation_url": handlers.DOCS}, exc.status)
+        except Exception as exc:
+            # A fault in the fake itself must fail the test, not pass for a GitHub outage.
+            self._violation("fake-error", call, op.operation_id, [f"{type(exc).__name__}: {exc}"])
+            return handlers.respond({"message": "fake GitHub failed; see its violations"}, 500)
 
     @staticmethod
     def _parse_body(raw: bytes) -> tuple[Any, list[str]]:
