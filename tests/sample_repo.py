@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +56,7 @@ class SampleRepo:
 def git(repo: Path, *args: str) -> str:
     """Run git in ``repo`` with a fixed identity; return its stripped stdout."""
     env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(
-        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
-    )
+    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True)
     return done.stdout.strip()
 
 
@@ -81,3 +80,9 @@ def make_sample_repo(tmp_path: Path, name: str = "sample") -> SampleRepo:
     stats.write_text(text.replace(*_HEAD_BUG) + _HEAD_ADDITION)
     head_sha = commit_all(path, "Head: add median, use integer division")
     return SampleRepo(path=path, base_sha=base_sha, head_sha=head_sha)
+
+
+def tool_env() -> dict[str, str]:
+    """Environment for a host runner whose ``python``, ``pytest`` and ``pre-commit`` are this
+    interpreter's: what a CI image would provide."""
+    return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
