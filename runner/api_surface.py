@@ -259,9 +259,8 @@ def _make_object(
         end=end,
         decorators=decorators,
         docstring=ast.get_docstring(node, clean=True),
-        body_shape=_digest(_without_docstring(node.body)),
-        fingerprint=_digest(_own_code(node)),
     )
+    obj.body_shape, obj.fingerprint = _shapes(node)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         implicit_first = parent is not None and "staticmethod" not in decorators
         obj.params = _params(node.args, skip_first=implicit_first)
@@ -353,17 +352,30 @@ def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return body
 
 
-def _own_code(node: _Def) -> list[ast.AST]:
-    """The node as it matters for "did this object change": a class without its member defs
-    (they are objects of their own), a function whole (nested helpers are its body)."""
-    if not isinstance(node, ast.ClassDef):
-        return [node]
-    own_body = [s for s in node.body if not isinstance(s, _Def)]
-    return [*node.decorator_list, *node.bases, *node.keywords, *own_body]
+def _shapes(node: _Def) -> tuple[str, str]:
+    """(body shape, fingerprint): digests that ignore formatting and comments.
+
+    The body shape (without docstring) recognises a renamed or moved object. The fingerprint
+    answers "did this object's own code change": a class without its member defs (they are
+    objects of their own), a function whole (nested helpers are its body). Each body is dumped
+    once, since dumping dominates the cost of reading a module.
+    """
+    docstring = ast.get_docstring(node, clean=False) or ""
+    if isinstance(node, ast.ClassDef):
+        own = _dump([s for s in _without_docstring(node.body) if not isinstance(s, _Def)])
+        members = ",".join(m.name for m in node.body if isinstance(m, _Def))
+        header = _dump([*node.decorator_list, *node.bases, *node.keywords])
+        return _hash(f"{own}|{members}"), _hash(f"{header}|{own}|{docstring}")
+    body = _dump(_without_docstring(node.body))
+    header = _dump([node.args, *node.decorator_list, *([node.returns] if node.returns else [])])
+    return _hash(body), _hash(f"{type(node).__name__}|{header}|{body}|{docstring}")
 
 
-def _digest(nodes: Sequence[ast.AST]) -> str:
-    text = "\n".join(ast.dump(n, annotate_fields=False, include_attributes=False) for n in nodes)
+def _dump(nodes: Sequence[ast.AST]) -> str:
+    return "\n".join(ast.dump(n, annotate_fields=False, include_attributes=False) for n in nodes)
+
+
+def _hash(text: str) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
 
 

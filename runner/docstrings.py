@@ -126,18 +126,25 @@ def changed_public_objects(
     Raises:
         SyntaxError: ``new_source`` does not parse.
     """
+    return _touched(path, old_source, new_source, changed_lines)[1]
+
+
+def _touched(
+    path: str, old_source: str | None, new_source: str, lines: set[int]
+) -> tuple[dict[str, ApiObject], list[ApiObject]]:
+    """The head-side public API of the file, and the objects of it the change touches."""
     if not is_public_module_path(path):
-        return []
+        return {}, []
     module = module_name(path)
     new_api = public_api(new_source, module)
     old_api = _api_or_empty(old_source, module)
     touched = {
         q
         for q, obj in new_api.items()
-        if obj.touched_by(changed_lines) and (q not in old_api or old_api[q].fingerprint != obj.fingerprint)
+        if obj.touched_by(lines) and (q not in old_api or old_api[q].fingerprint != obj.fingerprint)
     }
     touched |= {obj.parent for q in touched if (obj := new_api[q]).name == "__init__" and obj.parent}
-    return [obj for q, obj in new_api.items() if q in touched]
+    return new_api, [obj for q, obj in new_api.items() if q in touched]
 
 
 def _api_or_empty(source: str | None, module: str) -> dict[str, ApiObject]:
@@ -183,11 +190,10 @@ def _check_module(
     require_raises: bool,
 ) -> tuple[list[Finding], int]:
     try:
-        objects = changed_public_objects(path, old_source, new_source, lines)
+        api, objects = _touched(path, old_source, new_source, lines)
     except SyntaxError as exc:
         line = max(exc.lineno or 1, 1)
         return [_finding(path, line, "Syntax error", f"`{path}` does not parse: {exc.msg}")], 0
-    api = public_api(new_source, module_name(path))
     checker = _Checker(path, api, style, require_returns, require_raises)
     checked = [obj for obj in objects if checker.in_scope(obj)]
     return [f for obj in checked for f in checker.check(obj)], len(checked)
