@@ -135,12 +135,12 @@ def _same_item(item: str, box: list[str]) -> bool:
     title = _words(item.split(":", 1)[0]) or _words(item)
     if not title or not box:
         return False
-    shared = 0
+    common = 0
     for a, b in zip(title, box, strict=False):
         if a != b:
             break
-        shared += 1
-    return shared == len(title) or shared >= 2 or (shared >= 1 and shared == len(box))
+        common += 1
+    return common == len(title) or common >= 2 or (common >= 1 and common == len(box))
 
 
 # --- Dependencies ----------------------------------------------------------------------------------

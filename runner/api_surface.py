@@ -357,7 +357,7 @@ def _shapes(node: _Def) -> tuple[str, str]:
 
     The body shape (without docstring) recognises a renamed or moved object. The fingerprint
     answers "did this object's own code change": a class without its member defs (they are
-    objects of their own), a function whole (nested helpers are its body). Each body is dumped
+    objects of their own), a function whole (nested functions are its body). Each body is dumped
     once, since dumping dominates the cost of reading a module.
     """
     docstring = ast.get_docstring(node, clean=False) or ""

@@ -132,7 +132,7 @@ def test_spans_and_facts_about_the_body() -> None:
         """
         @decorator
         def gen(n):
-            def helper():
+            def inner():
                 return 1
             for i in range(n):
                 yield i
@@ -154,7 +154,7 @@ def test_spans_and_facts_about_the_body() -> None:
     )
     gen, compute, box = found["pkg.mod.gen"], found["pkg.mod.compute"], found["pkg.mod.Box"]
     assert (gen.start, gen.line, gen.end) == (2, 3, 7)
-    assert gen.is_generator and not gen.returns_value  # the nested helper's return is its own
+    assert gen.is_generator and not gen.returns_value  # the nested function's return is its own
     assert compute.returns_value and compute.raises == ["ValueError"]
     assert not found["pkg.mod.Box.open"].returns_value
     assert box.owns_line(18) and not box.owns_line(20)  # the method owns its lines
@@ -180,7 +180,7 @@ def test_module_names_and_public_paths() -> None:
         "pkg/_impl.py",
         "pkg/_private/ops.py",
         "tests/test_ops.py",
-        "pkg/tests/helpers.py",
+        "pkg/tests/utils.py",
         "pkg/ops_test.py",
         "conftest.py",
         "setup.py",

@@ -71,7 +71,7 @@ def test_only_the_changed_public_api_is_flagged(repo: GitRepo) -> None:
             return a + b
 
 
-        def _private_helper(a):
+        def _private_impl(a):
             return a
         """
     )
@@ -358,7 +358,7 @@ def test_properties_overloads_dunders_and_overrides_are_treated_sensibly() -> No
 
 
 def test_all_limits_what_is_checked() -> None:
-    new = '__all__ = ["api"]\n\n\ndef api():\n    """Api."""\n\n\ndef helper(x):\n    return x\n'
+    new = '__all__ = ["api"]\n\n\ndef api():\n    """Api."""\n\n\ndef unlisted(x):\n    return x\n'
     assert messages("p/m.py", new) == []
 
 
