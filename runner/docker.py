@@ -131,7 +131,9 @@ class OutputBuffer:
         self._decoder = _Utf8Decoder()
 
     def feed(self, chunk: bytes) -> str:
-        text = self._decoder.decode(chunk)
+        """Take a chunk; returns its decoded text (all of it, whatever the cap keeps)."""
+        decoded = self._decoder.decode(chunk)
+        text = decoded
         room = self._half - self._head_len
         if room > 0:
             self._head.append(text[:room])
@@ -142,7 +144,7 @@ class OutputBuffer:
             if len(self._tail) > self._half:
                 self._dropped += len(self._tail) - self._half
                 self._tail = self._tail[-self._half :]
-        return text
+        return decoded
 
     def text(self, secrets: Iterable[str] = ()) -> str:
         self.feed(b"")
@@ -172,28 +174,28 @@ def parse_user(spec: str, passwd: str | None = None, group: str | None = None) -
     group name). A uid without a gid takes the passwd entry's group, else 0, as Docker does.
     """
     user, _, grp = spec.partition(":")
-    users = _colon_table(passwd)
+    users = _colon_table(passwd)  # name → [name, password, uid, gid, ...]
     if user.isdigit():
         uid = int(user)
-        entry = next((row for row in users.values() if row[1] == user), None)
-        default_gid = int(entry[2]) if entry and entry[2].isdigit() else 0
-    elif user in users and users[user][1].isdigit():
-        uid = int(users[user][1])
-        default_gid = int(users[user][2]) if users[user][2].isdigit() else 0
+        entry = next((row for row in users.values() if row[2] == user), None)
+    elif user in users and users[user][2].isdigit():
+        entry = users[user]
+        uid = int(entry[2])
     else:
         raise RunnerError(f"user {user!r} is not in the image's /etc/passwd; use a numeric uid:gid")
+    default_gid = int(entry[3]) if entry and len(entry) > 3 and entry[3].isdigit() else 0
     if not grp:
         return uid, default_gid
     if grp.isdigit():
         return uid, int(grp)
-    groups = _colon_table(group)
-    if grp in groups and groups[grp][1].isdigit():
-        return uid, int(groups[grp][1])
+    groups = _colon_table(group)  # name → [name, password, gid, members]
+    if grp in groups and groups[grp][2].isdigit():
+        return uid, int(groups[grp][2])
     raise RunnerError(f"group {grp!r} is not in the image's /etc/group; use a numeric uid:gid")
 
 
 def _colon_table(text: str | None) -> dict[str, list[str]]:
-    """name → fields after the name, for passwd/group files (x, id, gid / x, gid)."""
+    """name → all fields of its line, for passwd and group files."""
     table: dict[str, list[str]] = {}
     for line in (text or "").splitlines():
         fields = line.split(":")
@@ -329,13 +331,15 @@ class DockerRunner:
         output_limit: int = 200_000,
         on_output: OnOutput | None = None,
         cache_volumes: bool = True,
+        owns_client: bool | None = None,
     ):
         if not environment.image:
             raise RunnerError(f"environment {environment.name} has no image; the container runner needs one")
         self.environment = environment
         self.run_id = run_id
         self._client = client
-        self._own_client = client is None
+        # A client made here, or handed over with owns_client=True, is closed with the runner.
+        self._own_client = client is None if owns_client is None else owns_client
         self._secrets = [s for s in (redact or []) if s]
         self._output_limit = output_limit
         self._on_output = on_output

@@ -1,0 +1,470 @@
+"""The container runner against a real Docker engine (marked ``docker``), plus its pure helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from docker_support import containers_of, docker_client, engine_has_nvidia, test_image, volumes_of
+
+from bot.config import Environment, ResourceLimits
+from runner.base import RunnerError, Step
+from runner.docker import (
+    DockerRunner,
+    OutputBuffer,
+    cache_volume_name,
+    device_requests,
+    gpus_flag,
+    parse_user,
+    pick_repo_digest,
+    redact,
+    remove_orphans,
+)
+
+__all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SMALL = ResourceLimits(memory="128m", pids=64, cpus=1, shm_size="16m", tmpfs_size="32m")
+
+
+# --- pure helpers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpus", "count", "ids", "flag"),
+    [
+        ("all", -1, [], "all"),
+        (2, 2, [], "2"),
+        (["0", "3"], 0, ["0", "3"], '"device=0,3"'),
+    ],
+)
+def test_gpu_requests_and_the_matching_cli_flag(gpus, count, ids, flag):
+    (request,) = device_requests(gpus)
+    assert request["Count"] == count
+    assert request["DeviceIDs"] == ids
+    assert request["Capabilities"] == [["gpu"]]
+    assert gpus_flag(gpus) == flag
+
+
+@pytest.mark.parametrize("gpus", ["none", 0])
+def test_no_gpus_means_no_request_and_no_flag(gpus):
+    assert device_requests(gpus) == []
+    assert gpus_flag(gpus) is None
+
+
+PASSWD = "root:x:0:0:root:/root:/bin/bash\nci:x:1001:1002::/home/ci:/bin/sh\n"
+GROUP = "root:x:0:\nci:x:1002:\nvideo:x:44:ci\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("1000:1000", (1000, 1000)),
+        ("1001", (1001, 1002)),  # the passwd entry's group, as Docker does
+        ("4242", (4242, 0)),  # no passwd entry: group 0, as Docker does
+        ("ci", (1001, 1002)),
+        ("ci:video", (1001, 44)),
+        ("ci:7", (1001, 7)),
+    ],
+)
+def test_user_resolution_follows_the_engine(spec, expected):
+    assert parse_user(spec, PASSWD, GROUP) == expected
+
+
+@pytest.mark.parametrize("spec", ["nosuchuser", "ci:nosuchgroup"])
+def test_unknown_user_or_group_is_a_clear_error(spec):
+    with pytest.raises(RunnerError, match="nosuch"):
+        parse_user(spec, PASSWD, GROUP)
+
+
+def test_repo_digest_prefers_the_configured_repository():
+    digests = ["mirror.example/ci@sha256:aaa", "registry.example:5000/team/ci@sha256:bbb"]
+    assert pick_repo_digest("registry.example:5000/team/ci:cuda12", digests) == digests[1]
+    assert pick_repo_digest("other/image:1", digests) == digests[0]
+    assert pick_repo_digest("local/image:dev", []) is None
+
+
+def test_cache_volumes_differ_per_image_and_user():
+    a = cache_volume_name("pip", "sha256:" + "a" * 64, 1000)
+    assert a != cache_volume_name("pip", "sha256:" + "b" * 64, 1000)
+    assert a != cache_volume_name("pip", "sha256:" + "a" * 64, 0)
+    assert a != cache_volume_name("pre-commit", "sha256:" + "a" * 64, 1000)
+
+
+def test_output_buffer_keeps_head_and_tail_and_hides_a_secret_cut_in_two():
+    secret = "s3cr3t-token-value"
+    buf = OutputBuffer(limit=100)
+    buf.feed(b"HEAD" + b"x" * 40 + secret.encode() + b"y" * 500 + b"TAIL")
+    text = buf.text([secret])
+    assert text.startswith("HEAD")
+    assert text.endswith("TAIL")
+    assert "characters cut" in text
+    assert "s3cr3t" not in text
+
+
+def test_output_buffer_decodes_utf8_split_across_chunks():
+    buf = OutputBuffer(limit=1000)
+    data = "héllo ✓".encode()
+    for i in range(len(data)):
+        buf.feed(data[i : i + 1])
+    assert buf.text() == "héllo ✓"
+
+
+def test_redact_replaces_every_secret_and_ignores_tiny_ones():
+    assert redact("token=abcd1234 again abcd1234 and ab", ["abcd1234", "ab"]) == "token=*** again *** and ab"
+
+
+def test_an_environment_without_image_cannot_use_the_container_runner():
+    with pytest.raises(RunnerError, match="has no image"):
+        DockerRunner(Environment(name="bare"), "r1")
+
+
+# --- against the engine ----------------------------------------------------------------------------
+
+
+def _env(image: str, **kw: object) -> Environment:
+    return Environment.model_validate({"name": "ci", "image": image, "gpus": "none", "limits": SMALL, **kw})
+
+
+@pytest.fixture
+async def make_runner(
+    docker_client: docker.DockerClient, test_image: str
+) -> AsyncIterator[Callable[..., DockerRunner]]:
+    """Makes runners of the test image with small limits; closes them and checks nothing is left."""
+    made: list[DockerRunner] = []
+
+    def make(**kw: object) -> DockerRunner:
+        env_kw = {k: v for k, v in kw.items() if k in Environment.model_fields}
+        runner_kw: dict[str, Any] = {k: v for k, v in kw.items() if k not in Environment.model_fields}
+        runner = DockerRunner(
+            _env(test_image, **env_kw), f"t-{uuid.uuid4().hex[:12]}", docker_client, **runner_kw
+        )
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:
+        await runner.close()
+        assert containers_of(docker_client, runner.run_id) == []
+        assert volumes_of(docker_client, runner.run_id) == []
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    (ws / "README.md").write_text("hello\n")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    subprocess.run(["git", "-C", str(ws), "add", "."], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ws),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qm",
+            "init",
+        ],
+        check=True,
+    )
+    return ws
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with its content hash and mode (directories by mode only)."""
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        mode = oct(path.lstat().st_mode)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+        snap[str(path.relative_to(root))] = f"{digest} {mode}"
+    return snap
+
+
+def sh(name: str, script: str, **kw: object) -> Step:
+    return Step.model_validate({"name": name, "argv": ["sh", "-c", script], **kw})
+
+
+@pytest.mark.docker
+async def test_exit_code_and_both_streams_are_reported(make_runner, workspace):
+    runner = make_runner(redact=["hunter2-password"])
+    await runner.prepare()
+    result = await runner.run(
+        sh(
+            "echo",
+            "echo to-stdout; echo to-stderr >&2; echo $SECRET; exit 3",
+            env={"SECRET": "hunter2-password"},
+        ),
+        workspace,
+    )
+    assert result.exit_code == 3
+    assert not result.ok
+    assert "to-stdout" in result.output and "to-stderr" in result.output
+    assert "hunter2" not in result.output and "***" in result.output
+
+
+@pytest.mark.docker
+async def test_image_is_pinned_to_a_reference_docker_run_accepts(make_runner, docker_client):
+    runner = make_runner()
+    await runner.prepare()
+    info = runner.info
+    assert info.kind == "docker"
+    assert info.image_digest and info.image_digest.startswith("sha256:")
+    assert info.image_ref and (info.image_ref.startswith("sha256:") or "@sha256:" in info.image_ref)
+    out = docker_client.containers.run(info.image_ref, ["echo", "pinned"], remove=True, network_mode="none")
+    assert out.strip() == b"pinned"
+
+
+@pytest.mark.docker
+async def test_missing_image_that_cannot_be_pulled_is_a_clear_error(docker_client):
+    env = Environment(name="ci", image="paritybot-test/does-not-exist:never", gpus="none")
+    runner = DockerRunner(env, "t-missing", docker_client)
+    with pytest.raises(RunnerError) as err:
+        await runner.prepare()
+    message = str(err.value)
+    assert "paritybot-test/does-not-exist:never" in message
+    assert "could not be pulled" in message
+    assert len(message.splitlines()) == 1  # a sentence, not a traceback
+
+
+@pytest.mark.docker
+async def test_step_is_hardened_by_default(make_runner, workspace):
+    runner = make_runner()
+    script = (
+        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+        "touch /usr/paritybot-x 2>/dev/null && echo root-writable || echo root-read-only; "
+        "touch /tmp/ok && echo tmp-writable; echo home=$HOME; touch $HOME/ok && echo home-writable; "
+        "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; true"
+    )
+    result = await runner.run(sh("harden", script), workspace)
+    assert result.exit_code == 0, result.output
+    lines = result.output.split()
+    assert lines[:2] == ["1000", "1000"]
+    assert "CapEff:\t0000000000000000" in result.output
+    assert "NoNewPrivs:\t1" in result.output
+    assert "root-read-only" in result.output
+    assert "tmp-writable" in result.output and "home-writable" in result.output
+    assert "64" in lines
+
+
+@pytest.mark.docker
+async def test_a_step_past_its_timeout_is_killed(make_runner, workspace, docker_client):
+    runner = make_runner()
+    result = await runner.run(sh("sleepy", "echo started; sleep 120", timeout_s=2), workspace)
+    assert result.timed_out
+    assert not result.ok
+    assert "started" in result.output
+    assert result.duration_s < 60
+    assert "timed out" in result.describe_failure()
+    assert containers_of(docker_client, runner.run_id) == []
+
+
+@pytest.mark.docker
+async def test_a_fork_bomb_is_stopped_by_the_pids_limit(make_runner, workspace):
+    runner = make_runner()
+    bomb = textwrap.dedent(
+        """
+        import os, time
+        n = 0
+        try:
+            while True:
+                if os.fork() == 0:
+                    time.sleep(600)
+                    os._exit(0)
+                n += 1
+        except OSError as exc:
+            print("fork refused after", n, "children:", exc.strerror)
+        """
+    )
+    result = await runner.run(Step(name="bomb", argv=["python3", "-c", bomb], timeout_s=60), workspace)
+    assert result.exit_code == 0, result.output
+    assert "fork refused after" in result.output
+    children = int(result.output.split("fork refused after")[1].split()[0])
+    assert children < SMALL.pids
+
+
+@pytest.mark.docker
+async def test_a_memory_hog_is_killed_and_reported_out_of_memory(make_runner, workspace):
+    runner = make_runner()
+    hog = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n"
+    result = await runner.run(Step(name="hog", argv=["python3", "-c", hog], timeout_s=120), workspace)
+    assert result.oom_killed
+    assert result.exit_code == 137
+    assert "out of memory" in result.describe_failure()
+    assert "out of memory" in result.output
+
+
+@pytest.mark.docker
+async def test_only_steps_that_ask_get_a_network(make_runner, workspace):
+    runner = make_runner()
+    offline = await runner.run(sh("tests", "ls /sys/class/net"), workspace)
+    online = await runner.run(sh("pre-commit", "ls /sys/class/net", network=True), workspace)
+    assert offline.output.split() == ["lo"]
+    assert "eth0" in online.output.split()
+
+
+@pytest.mark.docker
+async def test_the_host_workspace_is_never_modified(make_runner, workspace):
+    before = _snapshot(workspace)
+    runner = make_runner()
+    first = await runner.run(
+        sh(
+            "mutate",
+            "git status --porcelain && echo changed >> README.md && rm pkg/mod.py && "
+            "mkdir -p build && echo out > build/report.txt && cat .paritybot/input.txt",
+            inject={".paritybot/input.txt": "injected text"},
+            collect=["build/report.txt", "no/such/file.txt"],
+        ),
+        workspace,
+    )
+    assert first.exit_code == 0, first.output
+    assert "injected text" in first.output
+    assert first.collected == {"build/report.txt": "out\n"}
+    # The copy carries over to the next step of the same run.
+    second = await runner.run(sh("see", "git status --porcelain; cat build/report.txt"), workspace)
+    assert " M README.md" in second.output and " D pkg/mod.py" in second.output
+    assert "out" in second.output
+    assert _snapshot(workspace) == before
+    assert not (workspace / ".paritybot").exists()
+
+
+@pytest.mark.docker
+async def test_workdir_is_relative_to_the_workspace(make_runner, workspace):
+    runner = make_runner()
+    result = await runner.run(
+        Step(name="pwd", argv=["python3", "-c", "import mod; print(mod.VALUE)"], workdir="pkg"), workspace
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "1"
+
+
+@pytest.mark.docker
+async def test_long_output_is_capped_keeping_head_and_tail(make_runner, workspace):
+    runner = make_runner(output_limit=4000)
+    result = await runner.run(
+        Step(name="loud", argv=["python3", "-c", "print('FIRST'); print('x' * 200000); print('LAST')"]),
+        workspace,
+    )
+    assert result.exit_code == 0
+    assert result.output.startswith("FIRST")
+    assert result.output.rstrip().endswith("LAST")
+    assert len(result.output) < 5000
+    assert "characters cut" in result.output
+
+
+@pytest.mark.docker
+async def test_output_is_streamed_while_the_step_runs(make_runner, workspace):
+    seen: list[tuple[float, str]] = []
+    runner = make_runner(on_output=lambda text: seen.append((time.monotonic(), text)))
+    result = await runner.run(sh("slow", "echo one; sleep 2; echo two"), workspace)
+    assert result.exit_code == 0
+    first = next(t for t, text in seen if "one" in text)
+    second = next(t for t, text in seen if "two" in text)
+    assert first < second  # "one" arrived before the step printed "two", not all at the end
+
+
+@pytest.mark.docker
+async def test_cancel_mid_step_leaves_no_container(make_runner, workspace, docker_client):
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 300"), workspace))
+    for _ in range(200):
+        running = docker_client.containers.list(filters={"label": f"paritybot.run-id={runner.run_id}"})
+        if running:
+            break
+        await asyncio.sleep(0.05)
+    assert running, "the step's container never started"
+    await runner.cancel()
+    result = await asyncio.wait_for(task, timeout=30)
+    assert result.cancelled and not result.ok
+    assert containers_of(docker_client, runner.run_id) == []
+    later = await runner.run(sh("after", "echo never"), workspace)
+    assert later.cancelled and later.exit_code is None
+
+
+@pytest.mark.docker
+def test_orphans_of_a_killed_runner_are_removed_at_start_up(docker_client, test_image, tmp_path):
+    run_id = f"t-orphan-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "f.txt").write_text("x")
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from pathlib import Path
+        from bot.config import Environment
+        from runner.base import Step
+        from runner.docker import DockerRunner
+
+        async def main():
+            env = Environment(name="ci", image={test_image!r}, gpus="none")
+            runner = DockerRunner(env, {run_id!r})
+            await runner.run(Step(name="hang", argv=["sleep", "300"]), Path({str(tmp_path)!r}))
+
+        asyncio.run(main())
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not docker_client.containers.list(filters={"label": f"paritybot.run-id={run_id}"}):
+            assert proc.poll() is None, "the runner process died before starting its step"
+            assert time.monotonic() < deadline, "the runner never started its container"
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert containers_of(docker_client, run_id)  # the killed runner left its container behind
+    assert volumes_of(docker_client, run_id)
+
+    # A live run on the same engine keeps its containers.
+    assert remove_orphans(docker_client, live_run_ids={run_id}) == 0
+    assert containers_of(docker_client, run_id)
+
+    assert remove_orphans(docker_client) >= 1
+    assert containers_of(docker_client, run_id) == []
+    assert volumes_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_client, test_image, workspace):
+    if engine_has_nvidia(docker_client):
+        pytest.skip("this engine has the NVIDIA runtime; the request would succeed")
+    runner = DockerRunner(_env(test_image, gpus="all"), f"t-gpu-{uuid.uuid4().hex[:8]}", docker_client)
+    await runner.prepare()
+    assert runner.info.gpus == "all"
+    try:
+        with pytest.raises(RunnerError) as err:
+            await runner.run(Step(name="probe", argv=["true"]), workspace)
+        assert "NVIDIA" in str(err.value)
+        assert "could not select device driver" in str(err.value)
+        assert containers_of(docker_client, runner.run_id) == []
+    finally:
+        await runner.close()
+    assert volumes_of(docker_client, runner.run_id) == []
+
+
+@pytest.mark.docker
+async def test_tool_caches_survive_runs_of_the_same_image(make_runner, workspace):
+    first = make_runner()
+    marker = f"cached-{uuid.uuid4().hex[:8]}"
+    wrote = await first.run(sh("warm", f"touch $PRE_COMMIT_HOME/{marker} $PIP_CACHE_DIR/{marker}"), workspace)
+    assert wrote.exit_code == 0, wrote.output
+    await first.close()
+    second = make_runner()
+    seen = await second.run(sh("reuse", "ls $PRE_COMMIT_HOME $PIP_CACHE_DIR"), workspace)
+    assert seen.output.split().count(marker) == 2
