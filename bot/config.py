@@ -7,6 +7,7 @@ is reported with the key, the value and what was expected (see :func:`format_con
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -137,6 +138,15 @@ class RfcSettings(_Strict):
         r"https://github\.com/[\w.-]+/[\w.-]+/(issues|discussions|pull)/\d+|RFC-\d+",
         description="a regex; a match in the PR description ticks the RFC-link item",
     )
+
+    @field_validator("link_pattern")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
 
 
 TRUSTED_ASSOCIATIONS = ["OWNER", "MEMBER", "COLLABORATOR"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,10 +33,12 @@ class Dispatcher:
         store: SQLiteStore,
         router: Router,
         context_factory: ContextFactory,
+        log_dir: Path,
         wake: asyncio.Event | None = None,
         poll_interval: float = 1.0,
     ):
         self._store = store
+        self._log_dir = log_dir
         self._router = router
         self._context_factory = context_factory
         self._wake = wake or asyncio.Event()
@@ -61,6 +64,7 @@ class Dispatcher:
     async def drain(self) -> int:
         """Dispatch every pending delivery once; returns how many were handled."""
         handled = 0
+        await asyncio.to_thread(self._store.ingest_deliveries, self._log_dir)
         while True:
             batch = await asyncio.to_thread(self._store.pending_deliveries, 50)
             batch = [d for d in batch if d.attempts < MAX_DELIVERY_ATTEMPTS]

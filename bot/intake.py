@@ -1,31 +1,20 @@
-"""Webhook intake: what a delivery must pass before its 202, and the durable group-commit recorder.
+"""Webhook intake: what a delivery must pass before its 202.
 
 Before answering, a request needs only three things: a valid signature on the raw body, a body
-that is JSON, and the delivery committed to disk. Routing, validation against the event's schema
-and all API calls happen later, in the dispatcher. The recorder commits the deliveries of many
-concurrent requests in one transaction (group commit), so the fsync that makes them durable is
-paid once per batch, not once per request.
+that is a JSON object, and the delivery on disk (:mod:`bot.delivery_log`). Deduplication,
+routing, schema checks and every API call happen later, in the dispatcher.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
-import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
-import orjson
-import structlog
-
-from bot.sqlite_store import SCHEMA, connect
-
-log = structlog.get_logger(__name__)
+import simdjson
 
 MAX_BODY_BYTES = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 
@@ -72,103 +61,23 @@ def check_delivery(headers: Mapping[str, str], body: bytes, secret: bytes) -> In
         body = payload[0].encode()
     elif content_type != "application/json":
         raise IntakeError(400, f"unsupported Content-Type {content_type!r}; use application/json")
+    # simdjson validates the whole document (structure and UTF-8) in a few microseconds; the
+    # dispatcher builds Python objects from it later, outside the request.
     try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        parsed = _json_parser().parse(body)
+    except ValueError as exc:
         raise IntakeError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
+    if not isinstance(parsed, simdjson.Object):
         raise IntakeError(400, "body is not a JSON object")
+    del parsed  # the parser's buffer is reused by the next call
     return IncomingDelivery(delivery_id=delivery_id, event=event, body=body)
 
 
-class DeliveryRecorder:
-    """Commits deliveries durably in batches from a dedicated thread.
+_parsers = threading.local()
 
-    ``await record(d)`` returns True when the delivery is new, False for a redelivery (same
-    X-GitHub-Delivery), only after the transaction holding it has committed.
-    """
 
-    def __init__(self, path: Path, max_batch: int = 512):
-        self._path = path
-        self._max_batch = max_batch
-        self._pending: list[tuple[IncomingDelivery, asyncio.Future[bool]]] = []
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.recorded = asyncio.Event()  # set whenever new deliveries were committed
-        self.batches = 0
-
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        conn = connect(self._path)
-        conn.executescript(SCHEMA)
-        self._thread = threading.Thread(target=self._run, args=(conn,), name="delivery-recorder", daemon=True)
-        self._thread.start()
-
-    async def record(self, delivery: IncomingDelivery) -> bool:
-        if self._loop is None or self._closed:
-            raise RuntimeError("recorder is not running")
-        fut: asyncio.Future[bool] = self._loop.create_future()
-        with self._cond:
-            self._pending.append((delivery, fut))
-            if len(self._pending) == 1:
-                self._cond.notify()
-        return await fut
-
-    async def stop(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
-
-    def _run(self, conn: sqlite3.Connection) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while not self._pending and not self._closed:
-                        self._cond.wait()
-                    if not self._pending and self._closed:
-                        return
-                    batch = self._pending[: self._max_batch]
-                    del self._pending[: self._max_batch]
-                self._commit(conn, batch)
-        finally:
-            conn.close()
-
-    def _commit(self, conn: sqlite3.Connection, batch: list[tuple[IncomingDelivery, asyncio.Future[bool]]]) -> None:
-        now = datetime.now(UTC).isoformat()
-        results: list[bool] | BaseException
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            results = []
-            for delivery, _ in batch:
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO deliveries (delivery_id, event, body, received_at) VALUES (?, ?, ?, ?)",
-                    (delivery.delivery_id, delivery.event, delivery.body, now),
-                )
-                results.append(cur.rowcount == 1)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            # Nothing of the batch is recorded; each request gets a 5xx and GitHub shows it as failed.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            log.error("recording deliveries failed", error=str(exc), batch=len(batch))
-            results = exc
-        self.batches += 1
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._resolve, batch, results)
-
-    def _resolve(
-        self, batch: list[tuple[IncomingDelivery, asyncio.Future[bool]]], results: list[bool] | BaseException
-    ) -> None:
-        for i, (_, fut) in enumerate(batch):
-            if fut.done():
-                continue
-            if isinstance(results, BaseException):
-                fut.set_exception(results)
-            else:
-                fut.set_result(results[i])
-        if not isinstance(results, BaseException) and any(results):
-            self.recorded.set()
+def _json_parser() -> simdjson.Parser:
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = _parsers.parser = simdjson.Parser()
+    return parser

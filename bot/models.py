@@ -11,6 +11,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.config import RepoConfig
+
 
 class Model(BaseModel):
     """Base for our models: unknown keys are errors, so typos never pass silently."""
@@ -240,6 +242,7 @@ class RunRequest(Model):
     labels: list[str] = Field(default_factory=list)
     trigger: str = Field("", description="what caused the run, for the report")
     comment_id: int | None = Field(None, description="the /retest-gpu comment, for its reaction")
+    config: RepoConfig | None = Field(None, description="the repo config read when the run was asked for")
 
 
 class RunReport(Model):

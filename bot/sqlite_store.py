@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.delivery_log import ingest
 from bot.models import RunReport, RunRequest, RunState
 from bot.store import Delivery, Job, PullState
 
@@ -30,6 +31,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
     error TEXT
 );
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries(status) WHERE status = 'received';
+CREATE TABLE IF NOT EXISTS intake_position (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    segment INTEGER NOT NULL,
+    offset INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS installations (
     installation_id INTEGER PRIMARY KEY,
     account TEXT NOT NULL,
@@ -48,7 +54,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     dedupe_key TEXT NOT NULL UNIQUE,
     state TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    check_run_id INTEGER,
+    check_runs TEXT NOT NULL DEFAULT '{}',
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at TEXT NOT NULL,
     started_at TEXT,
@@ -62,6 +68,7 @@ CREATE TABLE IF NOT EXISTS pulls (
     repo TEXT NOT NULL,
     pr_number INTEGER NOT NULL,
     comment_id INTEGER,
+    comment_body_hash TEXT,
     last_verdict TEXT,
     failed_tests TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (repo, pr_number)
@@ -94,6 +101,9 @@ def connect(path: Path) -> sqlite3.Connection:
     """A connection with the settings every user of the file needs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    # Large pages: a delivery body (often 20-60 KB) then spans one or two pages, not a long
+    # overflow chain; this only takes effect when the file is created.
+    conn.execute("PRAGMA page_size=65536")
     conn.execute("PRAGMA journal_mode=WAL")
     # FULL: a commit is on disk before we answer 202; the intake amortises the fsync over a batch.
     conn.execute("PRAGMA synchronous=FULL")
@@ -130,6 +140,11 @@ class SQLiteStore:
             return cur.fetchall()
 
     # deliveries -----------------------------------------------------------------------------------
+
+    def ingest_deliveries(self, log_dir: Path) -> int:
+        """Move deliveries from the intake's log into the table; redeliveries are dropped here."""
+        with self._lock:
+            return ingest(self._conn, log_dir)
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         rows = self._query(
@@ -247,7 +262,7 @@ class SQLiteStore:
             request=RunRequest.model_validate_json(r["request"]),
             state=RunState(r["state"]),
             attempts=r["attempts"],
-            check_run_id=r["check_run_id"],
+            check_runs=json.loads(r["check_runs"]),
             cancel_requested=bool(r["cancel_requested"]),
             created_at=datetime.fromisoformat(r["created_at"]),
             started_at=ts(r["started_at"]),
@@ -255,9 +270,9 @@ class SQLiteStore:
             error=r["error"],
         )
 
-    def set_check_run(self, job_id: str, check_run_id: int) -> None:
+    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None:
         with self._tx() as c:
-            c.execute("UPDATE jobs SET check_run_id = ? WHERE id = ?", (check_run_id, job_id))
+            c.execute("UPDATE jobs SET check_runs = ? WHERE id = ?", (json.dumps(check_runs), job_id))
 
     def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None:
         with self._tx() as c:
@@ -334,6 +349,7 @@ class SQLiteStore:
             repo=repo,
             pr_number=pr_number,
             comment_id=r["comment_id"],
+            comment_body_hash=r["comment_body_hash"],
             last_verdict=r["last_verdict"],
             failed_tests=json.loads(r["failed_tests"]),
         )
@@ -341,13 +357,14 @@ class SQLiteStore:
     def save_pull_state(self, state: PullState) -> None:
         with self._tx() as c:
             c.execute(
-                "INSERT INTO pulls VALUES (?, ?, ?, ?, ?) ON CONFLICT(repo, pr_number) DO UPDATE SET "
-                "comment_id = excluded.comment_id, last_verdict = excluded.last_verdict, "
-                "failed_tests = excluded.failed_tests",
+                "INSERT INTO pulls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(repo, pr_number) DO UPDATE SET "
+                "comment_id = excluded.comment_id, comment_body_hash = excluded.comment_body_hash, "
+                "last_verdict = excluded.last_verdict, failed_tests = excluded.failed_tests",
                 (
                     state.repo,
                     state.pr_number,
                     state.comment_id,
+                    state.comment_body_hash,
                     state.last_verdict,
                     json.dumps(state.failed_tests),
                 ),

@@ -35,7 +35,7 @@ class Job(BaseModel):
     request: RunRequest
     state: RunState
     attempts: int = 0
-    check_run_id: int | None = None
+    check_runs: dict[str, int] = Field(default_factory=dict, description="check kind → check run id")
     cancel_requested: bool = False
     created_at: datetime
     started_at: datetime | None = None
@@ -49,6 +49,7 @@ class PullState(BaseModel):
     repo: str
     pr_number: int
     comment_id: int | None = None
+    comment_body_hash: str | None = Field(None, description="skip identical rewrites of the comment")
     last_verdict: str | None = None
     failed_tests: dict[str, list[str]] = Field(
         default_factory=dict, description="environment → node ids that failed in its last run"
@@ -70,7 +71,7 @@ class Store(Protocol):
 
     def claim(self, queues: list[str] | None = None) -> Job | None: ...
     def get_job(self, job_id: str) -> Job | None: ...
-    def set_check_run(self, job_id: str, check_run_id: int) -> None: ...
+    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None: ...
     def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None: ...
     def request_cancel(
         self, repo: str, pr_number: int, *, keep_sha: str | None = None

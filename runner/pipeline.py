@@ -102,6 +102,7 @@ class Pipeline:
                 repo=req.repo,
                 head_sha=req.head_sha,
                 base_ref=req.base_ref,
+                base_sha=None if req.base_ref else req.base_sha,
                 run_id=self.run_id,
                 workspace_root=self.deps.workspace_root,
                 cache_root=self.deps.cache_root,

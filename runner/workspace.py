@@ -78,11 +78,15 @@ async def prepare_workspace(
     head_sha: str,
     base_ref: str | None,
     run_id: str,
+    base_sha: str | None = None,
     workspace_root: Path,
     cache_root: Path,
     token: str | None = None,
 ) -> Workspace:
-    """Fetch head (and the base branch) into the cache, then clone the head SHA into a new directory."""
+    """Fetch head (and the base branch, or a base commit) into the cache, then clone the head SHA.
+
+    The workspace's ``base_sha`` is the merge base of head with that base: what the PR changes.
+    """
     env = git_auth_env(token)
     cache = cache_root / "repos" / f"{_SAFE.sub('_', repo)}.git"
     if not (cache / "HEAD").exists():
@@ -91,6 +95,8 @@ async def prepare_workspace(
     refspecs = [head_sha]
     if base_ref:
         refspecs.append(f"+refs/heads/{base_ref}:refs/heads/{base_ref}")
+    elif base_sha:
+        refspecs.append(base_sha)
     await git("fetch", "--quiet", "--no-tags", clone_url, *refspecs, cwd=cache, env=env)
     # Keep the head reachable from a ref so `git clone` copies it.
     await git("update-ref", f"refs/paritybot/{run_id}", head_sha, cwd=cache)
@@ -101,13 +107,14 @@ async def prepare_workspace(
     await git("clone", "--quiet", "--local", "--no-checkout", str(cache), str(path))
     await git("checkout", "--quiet", "--detach", head_sha, cwd=path)
     await git("update-ref", "-d", f"refs/paritybot/{run_id}", cwd=cache)
-    base_sha = None
-    if base_ref:
+    base = f"origin/{base_ref}" if base_ref else base_sha
+    merge_base = None
+    if base:
         try:
-            base_sha = await git("merge-base", head_sha, f"origin/{base_ref}", cwd=path)
+            merge_base = await git("merge-base", head_sha, base, cwd=path)
         except WorkspaceError:
-            log.warning("no merge base with the base branch", base_ref=base_ref)
-    return Workspace(path=path, head_sha=head_sha, base_sha=base_sha)
+            log.warning("no merge base with the base", base=base)
+    return Workspace(path=path, head_sha=head_sha, base_sha=merge_base)
 
 
 def remove_workspace(workspace: Workspace) -> None:

@@ -1,0 +1,141 @@
+"""`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
+
+Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
+then the dispatcher (which first ingests whatever the delivery log holds), then accept webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass
+
+import aiohttp
+import structlog
+from aiohttp import web
+from gidgethub import sansio
+
+from bot.config import Environment
+from bot.delivery_log import DeliveryLog
+from bot.dispatcher import Dispatcher
+from bot.executor import RunExecutor
+from bot.github import GitHubApp
+from bot.reporter import GitHubReporter, PrLocks
+from bot.scheduler import Scheduler
+from bot.settings import Settings
+from bot.sqlite_store import SQLiteStore
+from bot.web import create_web_app
+from bot.worker import WorkerPool
+from handlers.context import HandlerContext
+from handlers.routing import router
+from runner.base import Runner
+from runner.host import HostRunner
+from runner.pipeline import RunnerFactory
+from runner.select_runner import choose_runner
+
+log = structlog.get_logger(__name__)
+
+
+def runner_factory(mode: str) -> RunnerFactory:
+    """How each run gets its runner: the admin may force the host or the container engine."""
+
+    async def make(environment: Environment, run_id: str) -> Runner:
+        if mode == "host" or (mode == "auto" and not environment.image):
+            reason = "the admin chose the host runner" if mode == "host" else "the environment names no image"
+            return HostRunner(reason=reason, env=environment.env)
+        if mode == "docker" and not environment.image:
+            from runner.base import RunnerError
+
+            raise RunnerError(f"environment `{environment.name}` names no image, and this runner only runs containers")
+        return await choose_runner(environment, run_id)
+
+    return make
+
+
+@dataclass
+class Service:
+    """Everything `serve` runs, so tests can start and stop the same thing in-process."""
+
+    settings: Settings
+    store: SQLiteStore
+    delivery_log: DeliveryLog
+    dispatcher: Dispatcher
+    workers: WorkerPool
+    session: aiohttp.ClientSession
+    app: GitHubApp
+    web_app: web.Application
+
+    async def stop(self) -> None:
+        await self.dispatcher.stop()
+        await self.workers.stop()
+        await self.delivery_log.stop()
+        await self.session.close()
+        self.store.close()
+
+
+async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
+    settings.require_serving()
+    db_path = settings.sqlite_path
+    store = SQLiteStore(db_path)
+    requeued, failed = store.recover(settings.max_attempts)
+    if requeued or failed:
+        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    session = aiohttp.ClientSession()
+    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    locks = PrLocks()
+    executor = RunExecutor(
+        store,
+        runner or runner_factory(settings.runner),
+        workspace_root=settings.workspace_root,
+        cache_root=settings.cache_root,
+        app=app,
+        locks=locks,
+    )
+    workers = WorkerPool(store, executor, concurrency=settings.workers)
+    scheduler = Scheduler(store, locks, wake=workers.wake)
+    delivery_log = DeliveryLog(db_path.parent / f"{db_path.name}.deliveries")
+
+    async def context_for(event: sansio.Event) -> HandlerContext:
+        installation = (event.data.get("installation") or {}).get("id")
+        bot_login = await app.bot_login()
+        gh = await app.client(int(installation)) if installation else None
+        reporter = GitHubReporter(gh, store, locks, bot_login) if gh is not None else None
+        return HandlerContext(
+            gh=gh,
+            store=store,
+            reporter=reporter,
+            scheduler=scheduler,
+            installation_id=int(installation) if installation else None,
+            bot_login=bot_login,
+        )
+
+    dispatcher = Dispatcher(store, router, context_for, log_dir=delivery_log.directory, wake=delivery_log.recorded)
+    assert settings.webhook_secret is not None
+    web_app = create_web_app(settings.webhook_secret.get_secret_value().encode(), delivery_log)
+    return Service(settings, store, delivery_log, dispatcher, workers, session, app, web_app)
+
+
+async def start_service(service: Service) -> None:
+    service.workers.start()
+    service.delivery_log.start()
+    service.dispatcher.start()
+
+
+async def serve(settings: Settings) -> None:
+    service = await build_service(settings)
+    await start_service(service)
+    runner = web.AppRunner(service.web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    log.info("serving", host=settings.host, port=settings.port, api=settings.github_api_url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await runner.cleanup()
+    await service.stop()

@@ -1,0 +1,122 @@
+"""Executes one claimed job: report it started, run the pipeline, record and report the result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import structlog
+
+from bot.config import RepoConfig
+from bot.github import GitHubApp
+from bot.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
+from bot.report import render_check_runs, render_in_progress_output
+from bot.reporter import GitHubReporter, PrLocks
+from bot.sqlite_store import SQLiteStore
+from bot.store import Job
+from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+
+log = structlog.get_logger(__name__)
+
+REACTION_PASSED = "rocket"
+REACTION_FAILED = "confused"
+
+
+class RunExecutor:
+    def __init__(
+        self,
+        store: SQLiteStore,
+        runner_factory: RunnerFactory,
+        *,
+        workspace_root: Path,
+        cache_root: Path,
+        app: GitHubApp | None = None,
+        locks: PrLocks | None = None,
+    ):
+        self.store = store
+        self.runner_factory = runner_factory
+        self.workspace_root = workspace_root
+        self.cache_root = cache_root
+        self.app = app
+        self.locks = locks or PrLocks()
+
+    async def _reporter(self, job: Job) -> tuple[GitHubReporter | None, str | None]:
+        installation = job.request.installation_id
+        if self.app is None or installation is None:
+            return None, None
+        gh = await self.app.client(installation)
+        token = await self.app.installation_token(installation)
+        return GitHubReporter(gh, self.store, self.locks, await self.app.bot_login()), token
+
+    async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
+        reporter, token = await self._reporter(job)
+        pr = job.pr_number
+        if reporter is not None and pr is not None:
+            async with self.locks(job.repo, pr):
+                job = await asyncio.to_thread(self.store.get_job, job.id) or job
+            await reporter.update_check_runs(job.repo, job.check_runs, render_in_progress_output(job.environment))
+            await reporter.refresh_summary(job.repo, pr)
+        report = await self._execute(job, cancel, token)
+        await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
+        await self._remember(job, report)
+        log.info("run finished", state=report.state.value, error=report.error)
+        if reporter is not None and pr is not None:
+            await reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report))
+            await reporter.refresh_summary(job.repo, pr)
+            if job.request.comment_id is not None and report.state != RunState.CANCELLED:
+                good = report.state == RunState.SUCCEEDED and not _has_failures(report)
+                await reporter.react(job.repo, job.request.comment_id, REACTION_PASSED if good else REACTION_FAILED)
+
+    async def _execute(self, job: Job, cancel: asyncio.Event, token: str | None) -> RunReport:
+        config = job.request.config or RepoConfig()
+        environment = config.environment(job.environment)
+        if environment is None:
+            return RunReport(
+                run_id=job.id,
+                repo=job.repo,
+                pr_number=job.pr_number,
+                head_sha=job.head_sha,
+                environment=job.environment,
+                state=RunState.FAILED,
+                error=f"environment `{job.environment}` is no longer in the config",
+            )
+        baseline_json = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
+        deps = PipelineDeps(
+            runner_factory=self.runner_factory,
+            workspace_root=self.workspace_root,
+            cache_root=self.cache_root,
+            token=token,
+            baseline=EnvFacts.model_validate_json(baseline_json) if baseline_json else None,
+        )
+        pipeline = Pipeline(job.request, config, environment, job.id, deps)
+        run = asyncio.create_task(pipeline.execute())
+        stop = asyncio.create_task(cancel.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.done() and not run.done():
+                await pipeline.cancel()
+            return await run
+        finally:
+            stop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stop
+
+    async def _remember(self, job: Job, report: RunReport) -> None:
+        if job.request.kind == RunKind.BASELINE and report.probe is not None and report.state == RunState.SUCCEEDED:
+            await asyncio.to_thread(self.store.save_baseline, job.repo, job.environment, report.probe.model_dump_json())
+        if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
+            return
+        failed = sorted(
+            r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
+        )
+        async with self.locks(job.repo, job.pr_number):  # the reporter writes the same row
+            state = await asyncio.to_thread(self.store.pull_state, job.repo, job.pr_number)
+            state.failed_tests[job.environment] = failed
+            await asyncio.to_thread(self.store.save_pull_state, state)
+
+
+def _has_failures(report: RunReport) -> bool:
+    from bot.report import Verdict, verdict
+
+    return verdict(report) not in (Verdict.PASS, Verdict.FLAKY_ONLY)

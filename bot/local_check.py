@@ -1,0 +1,102 @@
+"""`paritybot check`: the PR pipeline on a local git checkout, no GitHub needed.
+
+It runs exactly what the App runs for a PR — the same workspace preparation from a clean clone
+of the commit, the same runner choice, the same checks — and prints the markdown the PR comment
+would carry. Uncommitted changes are not part of a commit, so they are not checked (we say so).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from bot.config import CONFIG_PATH, ConfigError, RepoConfig, parse_repo_config
+from bot.models import RunReport, RunRequest
+from bot.report import Stage, Verdict, render_comment, verdict
+from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+
+
+class CheckError(Exception):
+    """The check could not start (not a git repository, unknown revision, bad config)."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if done.returncode != 0:
+        message = done.stderr.strip().splitlines()
+        raise CheckError(f"git {args[0]} in {repo}: {message[-1] if message else done.returncode}")
+    return done.stdout.strip()
+
+
+def default_base(repo: Path) -> str:
+    """The branch a PR from here would target: origin's HEAD, else main or master, else HEAD~1."""
+    for candidate in ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/heads/master"):
+        try:
+            _git(repo, "rev-parse", "--verify", "--quiet", candidate)
+            return candidate.removeprefix("refs/heads/").removeprefix("refs/remotes/")
+        except CheckError:
+            continue
+    return "HEAD~1"
+
+
+def load_local_config(repo: Path, head_sha: str, config_file: Path | None) -> RepoConfig:
+    if config_file is not None:
+        try:
+            return parse_repo_config(config_file.read_text(), str(config_file))
+        except OSError as exc:
+            raise CheckError(f"{config_file}: {exc.strerror}") from None
+    try:
+        text = _git(repo, "show", f"{head_sha}:{CONFIG_PATH}")
+    except CheckError:
+        text = None
+    return parse_repo_config(text)
+
+
+async def run_local_check(
+    repo: Path,
+    *,
+    base: str | None,
+    head: str,
+    runner_factory: RunnerFactory,
+    environment: str | None = None,
+    config_file: Path | None = None,
+    pr_body: str = "",
+    work_dir: Path | None = None,
+) -> RunReport:
+    repo = repo.resolve()
+    if not (repo / ".git").exists():
+        _git(repo, "rev-parse", "--git-dir")  # a worktree or a subdirectory: let git decide
+    head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}")
+    base_sha = _git(repo, "rev-parse", "--verify", f"{base or default_base(repo)}^{{commit}}")
+    if _git(repo, "status", "--porcelain", "--untracked-files=no"):
+        print("note: uncommitted changes are not checked; commit them to include them", file=sys.stderr)
+    try:
+        config = load_local_config(repo, head_sha, config_file)
+    except ConfigError as exc:
+        raise CheckError(str(exc)) from None
+    env = config.environment(environment) if environment else config.default_environment()
+    if env is None:
+        names = ", ".join(e.name for e in config.environments)
+        raise CheckError(f"unknown environment {environment!r}; the config defines: {names}")
+    request = RunRequest(
+        repo=repo.name,
+        clone_url=str(repo),
+        head_sha=head_sha,
+        base_sha=base_sha,
+        pr_body=pr_body,
+        trigger="paritybot check",
+    )
+    root = work_dir or Path(tempfile.mkdtemp(prefix="paritybot-check-"))
+    deps = PipelineDeps(runner_factory=runner_factory, workspace_root=root / "workspaces", cache_root=root / "cache")
+    return await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
+
+
+def render_local(report: RunReport) -> tuple[str, int]:
+    """The PR comment's markdown, and the exit code: 0 pass, 1 the change fails a check, 2 broken."""
+    markdown = render_comment(report, stage=Stage.DONE)
+    outcome = verdict(report)
+    code = {Verdict.PASS: 0, Verdict.FLAKY_ONLY: 0, Verdict.FAIL: 1}.get(outcome, 2)
+    return markdown, code

@@ -1,0 +1,203 @@
+"""The GitHub side of reporting: check runs, the one sticky comment, replies and reactions.
+
+Rendering is pure (:mod:`bot.report`); this module only sends what it renders. The sticky
+comment is rebuilt from the store's view of the PR every time, under a per-PR lock, so two runs
+that finish at once both write the same, latest summary into the same comment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from gidgethub import BadRequest
+from gidgethub.abc import GitHubAPI
+
+from bot.models import RunReport, RunState
+from bot.report import (
+    STICKY_MARKER,
+    CheckRunOutput,
+    Stage,
+    annotation_batches,
+    needs_new_comment,
+    render_comment,
+    verdict,
+)
+from bot.sqlite_store import SQLiteStore
+from bot.store import Job
+
+log = structlog.get_logger(__name__)
+
+
+class PrLocks:
+    """One lock per PR in this process: comment edits and scheduling for a PR never interleave."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, int], asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def __call__(self, repo: str, pr_number: int) -> asyncio.Lock:
+        return self._locks[(repo, pr_number)]
+
+
+def _stage_of(job: Job) -> Stage:
+    return {
+        RunState.QUEUED: Stage.QUEUED,
+        RunState.RUNNING: Stage.RUNNING,
+        RunState.CANCELLED: Stage.CANCELLED,
+        RunState.ABORTED: Stage.CANCELLED,
+    }.get(job.state, Stage.DONE)
+
+
+class GitHubReporter:
+    def __init__(self, gh: GitHubAPI, store: SQLiteStore, locks: PrLocks, bot_login: str):
+        self.gh = gh
+        self.store = store
+        self.locks = locks
+        self.bot_login = bot_login
+        self.app_slug = bot_login.removesuffix("[bot]")
+
+    # --- check runs ------------------------------------------------------------------------------
+
+    async def create_check_runs(self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput]) -> dict[str, int]:
+        ids: dict[str, int] = {}
+        for out in outputs:
+            batches = annotation_batches(out.annotations)
+            body = self._check_body(out, batches[0] if batches else [])
+            body |= {"name": out.name, "head_sha": head_sha}
+            created = await self.gh.post(f"/repos/{repo}/check-runs", data=body)
+            ids[out.kind.value] = int(created["id"])
+            await self._more_annotations(repo, ids[out.kind.value], out, batches[1:])
+        return ids
+
+    async def update_check_runs(self, repo: str, ids: dict[str, int], outputs: Sequence[CheckRunOutput]) -> None:
+        for out in outputs:
+            check_id = ids.get(out.kind.value)
+            if check_id is None:
+                continue
+            batches = annotation_batches(out.annotations)
+            await self.gh.patch(
+                f"/repos/{repo}/check-runs/{check_id}", data=self._check_body(out, batches[0] if batches else [])
+            )
+            await self._more_annotations(repo, check_id, out, batches[1:])
+
+    @staticmethod
+    def _check_body(out: CheckRunOutput, annotations: list[dict[str, Any]]) -> dict[str, Any]:
+        output: dict[str, Any] = {"title": out.title, "summary": out.summary}
+        if out.text:
+            output["text"] = out.text
+        if annotations:
+            output["annotations"] = annotations
+        body: dict[str, Any] = {"status": out.status, "output": output}
+        if out.status == "completed":
+            body["conclusion"] = out.conclusion
+        return body
+
+    async def _more_annotations(
+        self, repo: str, check_id: int, out: CheckRunOutput, batches: list[list[dict[str, Any]]]
+    ) -> None:
+        # GitHub appends the annotations of each update; title and summary must be resent.
+        for batch in batches:
+            output = {"title": out.title, "summary": out.summary, "annotations": batch}
+            await self.gh.patch(f"/repos/{repo}/check-runs/{check_id}", data={"output": output})
+
+    # --- the sticky comment ------------------------------------------------------------------------
+
+    async def refresh_summary(
+        self,
+        repo: str,
+        pr_number: int,
+        *,
+        override: tuple[Stage, str] | None = None,
+        report_override: RunReport | None = None,
+    ) -> int | None:
+        """Rewrite the PR's one summary comment from the store's current view of the PR."""
+        async with self.locks(repo, pr_number):
+            body, current_verdict = await asyncio.to_thread(self._summary_body, repo, pr_number, override)
+            if body is None:
+                return None
+            return await self._upsert(repo, pr_number, body, current_verdict)
+
+    def _summary_body(
+        self, repo: str, pr_number: int, override: tuple[Stage, str] | None
+    ) -> tuple[str | None, str | None]:
+        if override is not None:
+            stage, notice = override
+            return render_comment(None, stage=stage, notice=notice, app_slug=self.app_slug), None
+        jobs = self.store.jobs_for_pr(repo, pr_number)
+        if not jobs:
+            return None, None
+        latest = jobs[-1]
+        stage = _stage_of(latest)
+        report = self.store.report(latest.id)
+        if report is None and stage in (Stage.QUEUED, Stage.RUNNING):
+            # While waiting, show the last finished run of this environment: still worth reading.
+            finished = [j for j in jobs[:-1] if j.environment == latest.environment and j.state == RunState.SUCCEEDED]
+            report = self.store.report(finished[-1].id) if finished else None
+        position = self.store.queue_position(latest.id) if stage == Stage.QUEUED else None
+        notice = None
+        if stage == Stage.DONE and report is None:
+            notice = f"The run failed before producing results: {latest.error or 'unknown error'}"
+        body = render_comment(report, stage=stage, queue_position=position, app_slug=self.app_slug, notice=notice)
+        current = verdict(report).value if (report is not None and stage == Stage.DONE) else None
+        return body, current
+
+    async def _upsert(self, repo: str, pr_number: int, body: str, current_verdict: str | None) -> int:
+        state = await asyncio.to_thread(self.store.pull_state, repo, pr_number)
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        if state.comment_id is None:
+            state.comment_id = await self._find_comment(repo, pr_number)
+        fresh = False
+        if current_verdict is not None:
+            from bot.report import Verdict
+
+            previous = Verdict(state.last_verdict) if state.last_verdict else None
+            fresh = state.comment_id is not None and needs_new_comment(previous, Verdict(current_verdict))
+            state.last_verdict = current_verdict
+        if state.comment_id is not None and fresh:
+            # New news that needs action (pass → fail): a new comment notifies; the old one goes.
+            await self._delete_comment(repo, state.comment_id)
+            state.comment_id = None
+        if state.comment_id is not None and state.comment_body_hash == digest:
+            await asyncio.to_thread(self.store.save_pull_state, state)
+            return state.comment_id
+        if state.comment_id is not None:
+            try:
+                await self.gh.patch(f"/repos/{repo}/issues/comments/{state.comment_id}", data={"body": body})
+            except BadRequest as exc:
+                if exc.status_code != 404:
+                    raise
+                log.info("summary comment was deleted; posting a new one")
+                state.comment_id = None
+        if state.comment_id is None:
+            created = await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
+            state.comment_id = int(created["id"])
+        state.comment_body_hash = digest
+        await asyncio.to_thread(self.store.save_pull_state, state)
+        return state.comment_id
+
+    async def _find_comment(self, repo: str, pr_number: int) -> int | None:
+        """Our comment by marker AND author: other tools copy markers, and users quote them."""
+        async for comment in self.gh.getiter(f"/repos/{repo}/issues/{pr_number}/comments?per_page=100"):
+            user = comment.get("user") or {}
+            if user.get("login") == self.bot_login and STICKY_MARKER in (comment.get("body") or ""):
+                return int(comment["id"])
+        return None
+
+    async def _delete_comment(self, repo: str, comment_id: int) -> None:
+        try:
+            await self.gh.delete(f"/repos/{repo}/issues/comments/{comment_id}")
+        except BadRequest as exc:
+            if exc.status_code != 404:
+                raise
+
+    # --- conversation --------------------------------------------------------------------------------
+
+    async def reply(self, repo: str, pr_number: int, body: str) -> None:
+        await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
+
+    async def react(self, repo: str, comment_id: int, content: str) -> None:
+        await self.gh.post(f"/repos/{repo}/issues/comments/{comment_id}/reactions", data={"content": content})

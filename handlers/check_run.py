@@ -1,0 +1,33 @@
+"""`check_run` rerequested: the "Re-run" button on one of our check runs."""
+
+from __future__ import annotations
+
+from gidgethub import routing, sansio
+
+from handlers.context import HandlerContext
+from handlers.runs import gate_untrusted, load_config, request_from_pr, start_runs
+from handlers.trust import pr_facts_from_payload
+
+router = routing.Router()
+
+
+@router.register("check_run", action="rerequested")
+async def rerun_requested(event: sansio.Event, ctx: HandlerContext) -> None:
+    check = event.data["check_run"]
+    if ctx.gh is None or (check.get("app") or {}).get("slug") not in (None, ctx.bot_login.removesuffix("[bot]")):
+        return
+    repo = event.data["repository"]["full_name"]
+    numbers = [p["number"] for p in check.get("pull_requests") or []]
+    if not numbers:
+        # Fork PRs come with an empty list: map the SHA to its PRs ourselves.
+        pulls = await ctx.gh.getitem(f"/repos/{repo}/commits/{check['head_sha']}/pulls")
+        numbers = [p["number"] for p in pulls if p.get("state") == "open"]
+    for number in numbers:
+        pull = await ctx.gh.getitem(f"/repos/{repo}/pulls/{number}")
+        if pull["head"]["sha"] != check["head_sha"]:
+            continue  # an outdated commit: rerunning it would report on code no longer in the PR
+        request = request_from_pr(pull, ctx.installation_id, trigger="check run re-run")
+        config = await load_config(ctx, repo, request.pr_number, pull["base"]["ref"])
+        if config is None or not await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull)):
+            continue
+        await start_runs(ctx, request, config, trigger_key=f"rerequest-{event.delivery_id}")

@@ -1,0 +1,96 @@
+"""`/retest-gpu` in PR comments: parse, check who asked, react, and run.
+
+A valid command gets 👀 at once and 🚀 or 😕 when its run ends; a bad one gets a short reply with
+the usage; an untrusted commenter gets a reply saying why nothing ran. The bot never reacts to
+its own comments or any bot's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import structlog
+from gidgethub import routing, sansio
+
+from bot.models import RunScope
+from handlers.commands import is_new_command, parse_comment, reply_for_errors, usage_text
+from handlers.context import HandlerContext
+from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
+from handlers.trust import (
+    commenter_from_payload,
+    decide_comment,
+    needs_lookup,
+    pr_facts_from_payload,
+)
+from bot.github_queries import lookup_user_facts
+
+router = routing.Router()
+log = structlog.get_logger(__name__)
+
+
+@router.register("issue_comment", action="created")
+@router.register("issue_comment", action="edited")
+async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
+    data = event.data
+    issue, comment = data["issue"], data["comment"]
+    if "pull_request" not in issue or ctx.gh is None or ctx.reporter is None:
+        return
+    body = comment.get("body") or ""
+    old_body = ((data.get("changes") or {}).get("body") or {}).get("from") if data["action"] == "edited" else None
+    if not is_new_command(old_body, body):
+        return
+    commenter = commenter_from_payload(comment, data.get("sender"))
+    if commenter.ignored or commenter.login == ctx.bot_login:
+        return
+    repo, number, comment_id = data["repository"]["full_name"], int(issue["number"]), int(comment["id"])
+    parsed = parse_comment(body)
+    if parsed.errors:
+        await ctx.reporter.react(repo, comment_id, "confused")
+        await ctx.reporter.reply(repo, number, reply_for_errors(parsed.errors))
+        return
+    command = parsed.command
+    if command is None:
+        return
+    if command.help:
+        await ctx.reporter.reply(repo, number, usage_text())
+        return
+    pull = await ctx.gh.getitem(f"/repos/{repo}/pulls/{number}")
+    if pull.get("state") != "open":
+        await ctx.reporter.reply(repo, number, "This pull request is closed, so nothing was run.")
+        return
+    config = await load_config(ctx, repo, number, pull["base"]["ref"])
+    if config is None:
+        return
+    pr = pr_facts_from_payload(pull)
+    facts = await lookup_user_facts(
+        ctx.gh, repo, needs_lookup(config.trust, commenter.login, commenter.association, is_bot=commenter.is_bot)
+    )
+    author_facts = None
+    if commenter.login.lower() != pr.author_login.lower():
+        author_facts = await lookup_user_facts(
+            ctx.gh, repo, needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot)
+        )
+    decision = decide_comment(config.trust, pr, commenter, await approvals_of(ctx, repo, number), facts, author_facts)
+    if decision.ignored:
+        return
+    if not decision.run:
+        await ctx.reporter.reply(repo, number, decision.reason)
+        return
+    if decision.approve_sha:
+        await asyncio.to_thread(ctx.store.add_approval, repo, number, decision.approve_sha, commenter.login)
+    request = request_from_pr(pull, ctx.installation_id, scope=command.scope, trigger=f"/retest-gpu by @{commenter.login}")
+    request.comment_id = comment_id
+    if command.scope == RunScope.FAILED:
+        state = await asyncio.to_thread(ctx.store.pull_state, repo, number)
+        failed = sorted({n for ids in state.failed_tests.values() for n in ids})
+        if not failed:
+            await ctx.reporter.react(repo, comment_id, "confused")
+            await ctx.reporter.reply(
+                repo, number, "No test failed in the last run, so `/retest-gpu failed` has nothing to rerun."
+            )
+            return
+        request.only_tests = failed
+    await ctx.reporter.react(repo, comment_id, "eyes")
+    jobs = await start_runs(ctx, request, config, trigger_key=f"comment-{comment_id}-{hashlib.sha256(body.encode()).hexdigest()[:12]}", explicit_envs=command.envs)
+    log.info("retest requested", scope=command.scope.value, runs=len(jobs))

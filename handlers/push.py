@@ -1,0 +1,37 @@
+"""Pushes to the default branch: record the CI reference probe and the per-test coverage map.
+
+The next PRs compare against that probe (the parity table's "CI reference" when the config pins
+none) and select their tests with that map.
+"""
+
+from __future__ import annotations
+
+from gidgethub import routing, sansio
+
+from bot.models import RunKind, RunRequest
+from handlers.context import HandlerContext
+from handlers.runs import load_config
+
+router = routing.Router()
+
+
+@router.register("push")
+async def default_branch_pushed(event: sansio.Event, ctx: HandlerContext) -> None:
+    data = event.data
+    repo = data["repository"]
+    default = repo.get("default_branch")
+    if ctx.gh is None or data.get("deleted") or data.get("ref") != f"refs/heads/{default}" or not data.get("after"):
+        return
+    config = await load_config(ctx, repo["full_name"], None, data["after"])
+    if config is None:
+        return
+    request = RunRequest(
+        kind=RunKind.BASELINE,
+        installation_id=ctx.installation_id,
+        repo=repo["full_name"],
+        clone_url=repo["clone_url"],
+        head_sha=data["after"],
+        base_ref=default,
+        trigger=f"push to {default}",
+    )
+    await ctx.scheduler.schedule(None, request, config, config.environments, trigger_key="baseline")

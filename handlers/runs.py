@@ -1,0 +1,101 @@
+"""Starting runs for a PR: config, trust, environments, superseding — shared by every trigger.
+
+Each step's decision is a pure function (trust, environments); this module makes the few API
+calls those decisions need and hands the result to the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from bot.config import ConfigError, RepoConfig
+from bot.github_queries import fetch_repo_config, lookup_user_facts
+from bot.models import RunRequest, RunScope
+from bot.report import Stage
+from bot.store import Job
+from handlers.context import HandlerContext
+from handlers.environments import choose_environments
+from handlers.trust import Approval, PrFacts, decide_pr_run, needs_lookup, untrusted_pr_note
+
+log = structlog.get_logger(__name__)
+
+
+def request_from_pr(
+    pull: dict[str, Any], installation_id: int | None, *, scope: RunScope = RunScope.SELECTED, trigger: str = ""
+) -> RunRequest:
+    """The run request for a PR payload (from a webhook or from GET /pulls/N)."""
+    base_repo = pull["base"]["repo"]
+    return RunRequest(
+        installation_id=installation_id,
+        repo=base_repo["full_name"],
+        clone_url=base_repo["clone_url"],
+        pr_number=int(pull["number"]),
+        head_sha=pull["head"]["sha"],
+        head_ref=pull["head"]["ref"],
+        base_ref=pull["base"]["ref"],
+        base_sha=pull["base"]["sha"],
+        scope=scope,
+        pr_body=pull.get("body") or "",
+        labels=[label["name"] for label in pull.get("labels") or []],
+        trigger=trigger,
+    )
+
+
+async def load_config(ctx: HandlerContext, repo: str, pr_number: int | None, ref: str) -> RepoConfig | None:
+    """The config on the base branch; on a bad file, the summary says what is wrong and None returns."""
+    assert ctx.gh is not None
+    try:
+        return await fetch_repo_config(ctx.gh, repo, ref)
+    except ConfigError as exc:
+        log.warning("bad repository config", problems=exc.problems)
+        if ctx.reporter is not None and pr_number is not None:
+            notice = "\n".join(f"- {p}" for p in exc.problems)
+            await ctx.reporter.refresh_summary(repo, pr_number, override=(Stage.CONFIG_ERROR, notice))
+        return None
+
+
+async def approvals_of(ctx: HandlerContext, repo: str, pr_number: int) -> list[Approval]:
+    rows = await asyncio.to_thread(ctx.store.approvals, repo, pr_number)
+    return [Approval(sha=sha, approver=who) for sha, who in rows]
+
+
+async def start_runs(
+    ctx: HandlerContext,
+    request: RunRequest,
+    config: RepoConfig,
+    *,
+    trigger_key: str,
+    explicit_envs: list[str] | None = None,
+) -> list[Job]:
+    """Supersede older runs of the PR, then queue one run per chosen environment."""
+    choice = choose_environments(config, request.base_ref, request.labels, explicit_envs or [])
+    if choice.errors:
+        if ctx.reporter is not None and request.pr_number is not None:
+            await ctx.reporter.reply(request.repo, request.pr_number, "\n".join(choice.errors))
+        return []
+    if request.pr_number is not None:
+        await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
+    return await ctx.scheduler.schedule(ctx.reporter, request, config, choice.environments, trigger_key)
+
+
+async def gate_untrusted(
+    ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts
+) -> bool:
+    """True when the PR may run now; otherwise the summary says a maintainer must approve."""
+    assert ctx.gh is not None and request.pr_number is not None
+    approvals = await approvals_of(ctx, request.repo, request.pr_number)
+    lookup = needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot)
+    facts = await lookup_user_facts(ctx.gh, request.repo, lookup)
+    decision = decide_pr_run(config.trust, pr, approvals, facts)
+    if decision.run:
+        return True
+    log.info("run waits for approval", reason=decision.reason)
+    # The older commit's runs must not go on once an untrusted author pushes new code.
+    await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
+    if ctx.reporter is not None:
+        note = untrusted_pr_note(config.trust, pr, approvals)
+        await ctx.reporter.refresh_summary(request.repo, request.pr_number, override=(Stage.AWAITING_APPROVAL, note))
+    return False
