@@ -1,0 +1,194 @@
+"""Running the selected tests for real: pytest in a subprocess on the sample project's git repo."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from sample_repo import (
+    BROKEN_TEST,
+    FLAKY_TEST,
+    SUITE_SIZE,
+    SampleRepo,
+    commit_all,
+    make_sample_repo,
+    tool_env,
+)
+
+from bot.config import TestSettings
+from bot.models import TestCaseResult, TestOutcome
+from runner.host import HostRunner
+from runner.repro import ReproContext
+from runner.testexec import NoTestsCollected, run_tests
+
+NESTED = "tests/unit/test_nested.py::TestOuter::TestInner::test_mean_is_between"
+PARAM = "tests/test_text.py::test_shout_ends_with_bang[x::y]"
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> SampleRepo:
+    return make_sample_repo(tmp_path)
+
+
+def _repro(sample: SampleRepo) -> ReproContext:
+    return ReproContext(head_sha=sample.head_sha, repo="octo/calc", pr_number=12)
+
+
+async def _run(
+    sample: SampleRepo,
+    nodeids: list[str] | None,
+    settings: TestSettings | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, TestCaseResult]:
+    runner = HostRunner(env={**tool_env(), **(env or {})})
+    results = await run_tests(runner, sample.path, nodeids, settings or TestSettings(), _repro(sample))
+    by_id = {r.nodeid: r for r in results}
+    assert len(by_id) == len(results), "a test was reported twice"
+    return by_id
+
+
+async def test_whole_suite_tells_failed_from_flaky_from_passed(sample: SampleRepo) -> None:
+    results = await _run(sample, None, TestSettings(reruns=2))
+
+    assert len(results) == SUITE_SIZE
+    broken = results[BROKEN_TEST]
+    assert broken.outcome == TestOutcome.FAILED
+    assert broken.attempts == 3
+    assert broken.message.splitlines()[0] == "assert 2 == 2.5"
+    assert "tests/test_stats.py:10: AssertionError" in broken.message
+    flaky = results[FLAKY_TEST]
+    assert flaky.outcome == TestOutcome.FLAKY
+    assert flaky.attempts == 2
+    assert "first attempt fails on purpose" in flaky.message
+    others = [r for r in results.values() if r.nodeid not in (BROKEN_TEST, FLAKY_TEST)]
+    assert {r.outcome for r in others} == {TestOutcome.PASSED}
+    assert all(r.repro == [] for r in others)
+    assert broken.repro[-1] == f"python -m pytest {BROKEN_TEST}"
+    assert broken.repro[0].endswith(f"git fetch origin pull/12/head && git checkout {sample.head_sha}")
+
+
+async def test_node_ids_map_back_exactly(sample: SampleRepo) -> None:
+    results = await _run(sample, None)
+
+    expected = {
+        NESTED,
+        PARAM,
+        "tests/test_text.py::test_shout_ends_with_bang[dot.ted]",
+        "tests/test_text.py::test_shout_ends_with_bang[a b]",
+        "tests/test_stats.py::test_spread[values0-4]",
+        "tests/unit/test_nested.py::TestOuter::test_initials_of_three",
+        "tests/unit/test_nested.py::test_module_level",
+    }
+    assert expected <= set(results)
+
+
+async def test_only_the_selected_ids_run(sample: SampleRepo) -> None:
+    selected = [NESTED, PARAM, BROKEN_TEST]
+
+    results = await _run(sample, selected, TestSettings(reruns=0))
+
+    assert set(results) == set(selected)
+    assert results[BROKEN_TEST].outcome == TestOutcome.FAILED
+    assert results[BROKEN_TEST].attempts == 1
+    assert results[NESTED].outcome == results[PARAM].outcome == TestOutcome.PASSED
+
+
+async def test_without_reruns_a_flaky_test_is_failed(sample: SampleRepo) -> None:
+    results = await _run(sample, [FLAKY_TEST], TestSettings(reruns=0))
+
+    assert results[FLAKY_TEST].outcome == TestOutcome.FAILED
+
+
+async def test_a_test_file_that_fails_to_import_is_an_error_and_the_rest_still_runs(
+    sample: SampleRepo,
+) -> None:
+    (sample.path / "tests/test_broken_import.py").write_text("import calc.missing_module\n")
+    commit_all(sample.path, "broken test file")
+
+    results = await _run(sample, None)
+
+    broken_file = results["tests/test_broken_import.py"]
+    assert broken_file.outcome == TestOutcome.ERROR
+    assert "ModuleNotFoundError: No module named 'calc.missing_module'" in broken_file.message
+    assert broken_file.repro[-1] == "python -m pytest tests/test_broken_import.py"
+    assert results[NESTED].outcome == TestOutcome.PASSED
+    assert len(results) == SUITE_SIZE + 1
+
+
+async def test_a_selected_id_in_a_file_that_fails_to_import_reports_the_import_error(
+    sample: SampleRepo,
+) -> None:
+    (sample.path / "tests/test_broken_import.py").write_text(
+        "import calc.missing_module\n\n\ndef test_x():\n    pass\n"
+    )
+    commit_all(sample.path, "broken test file")
+
+    results = await _run(sample, ["tests/test_broken_import.py::test_x", NESTED])
+
+    assert results["tests/test_broken_import.py"].outcome == TestOutcome.ERROR
+    assert "calc.missing_module" in results["tests/test_broken_import.py"].message
+    assert results[NESTED].outcome == TestOutcome.PASSED
+
+
+async def test_ids_the_suite_no_longer_has_are_errors_and_the_rest_runs(sample: SampleRepo) -> None:
+    gone_test = "tests/test_stats.py::TestMean::test_renamed_away"
+    gone_file = "tests/test_deleted.py::test_x"
+
+    results = await _run(sample, [gone_test, NESTED, gone_file])
+
+    assert results[NESTED].outcome == TestOutcome.PASSED
+    for gone in (gone_test, gone_file):
+        assert results[gone].outcome == TestOutcome.ERROR
+        assert "not found" in results[gone].message
+    assert len(results) == 3
+
+
+async def test_no_tests_collected_is_an_explicit_error(sample: SampleRepo) -> None:
+    (sample.path / "tests/test_empty.py").write_text('"""No tests yet."""\n')
+    commit_all(sample.path, "empty test file")
+
+    with pytest.raises(NoTestsCollected, match=re.escape("collected no tests in tests/test_empty.py")):
+        await _run(sample, ["tests/test_empty.py"])
+
+
+async def test_a_hanging_test_is_stopped_by_the_per_test_timeout(sample: SampleRepo) -> None:
+    (sample.path / "tests/test_hang.py").write_text(
+        "import time\n\n\ndef test_hangs():\n    time.sleep(60)\n"
+    )
+    commit_all(sample.path, "hanging test")
+
+    results = await _run(
+        sample, ["tests/test_hang.py::test_hangs"], TestSettings(per_test_timeout_s=1, reruns=0)
+    )
+
+    assert results["tests/test_hang.py::test_hangs"].outcome == TestOutcome.FAILED
+    assert "Timeout" in results["tests/test_hang.py::test_hangs"].message
+
+
+async def test_an_environment_without_pytest_timeout_still_runs(sample: SampleRepo, tmp_path: Path) -> None:
+    # Make pytest-timeout unimportable in the target environment; passing --timeout would be a
+    # usage error there, so the step must notice and leave it out.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "pytest_timeout.py").write_text("raise ImportError('not installed here')\n")
+    env = {"PYTHONPATH": str(shadow), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+    results = await _run(sample, [NESTED, BROKEN_TEST], TestSettings(reruns=0), env=env)
+
+    assert results[NESTED].outcome == TestOutcome.PASSED
+    assert results[BROKEN_TEST].outcome == TestOutcome.FAILED
+
+
+async def test_project_pytest_args_apply(sample: SampleRepo) -> None:
+    results = await _run(sample, None, TestSettings(pytest_args=["-k", "initials"]))
+
+    assert set(results) == {
+        "tests/test_text.py::test_initials",
+        "tests/test_text.py::test_initials_single",
+        "tests/unit/test_nested.py::TestOuter::test_initials_of_three",
+    }
+
+
+async def test_an_empty_selection_runs_nothing(sample: SampleRepo) -> None:
+    assert await _run(sample, []) == {}
