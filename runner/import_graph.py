@@ -478,14 +478,25 @@ def innermost(spans: list[tuple[str, int, int]], line: int) -> tuple[str, int, i
     return min(holding, key=lambda s: s[2] - s[1]) if holding else None
 
 
-def symbol_at(module: ModuleInfo, line: int) -> str | None:
-    """The top-level symbol a line belongs to (narrowest range), or None for blank/comment lines."""
-    best: tuple[int, str] | None = None
+def symbols_at(module: ModuleInfo, line: int) -> list[str]:
+    """The top-level symbols a line belongs to (the narrowest; several for ``from m import a, b``)."""
+    best: list[str] = []
+    width = None
     for sym in module.symbols.values():
         for start, end in sym.ranges:
-            if start <= line <= end and (best is None or end - start < best[0]):
-                best = (end - start, sym.name)
-    return best[1] if best else None
+            if not start <= line <= end:
+                continue
+            if width is None or end - start < width:
+                best, width = [sym.name], end - start
+            elif end - start == width and sym.name not in best:
+                best.append(sym.name)
+    return sorted(best)
+
+
+def symbol_at(module: ModuleInfo, line: int) -> str | None:
+    """The first of :func:`symbols_at`, or None for blank and comment lines."""
+    found = symbols_at(module, line)
+    return found[0] if found else None
 
 
 # --- The graph -------------------------------------------------------------------------------------
