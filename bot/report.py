@@ -241,58 +241,96 @@ class _Part:
     label: str  # how the cut note names it
     priority: int  # lower is cut first
     render: Callable[[int | None], str]
-    entries: int = 0  # entries shown by render(None); more than one means it can be shortened
+    entries: int = 0  # entries render(None) shows; more than one means it can be shortened
+    total: int = 0  # entries the section has in all, for the cut note
     droppable: bool = True
 
 
-def _fit(
-    parts: Sequence[_Part],
-    limit: int,
-    assemble: Callable[[list[str], str], str],
-    where: str,
-) -> str:
-    """Assemble the parts; while too long, drop whole low-priority parts, then shorten the rest.
+class _Cutter:
+    """Fits parts inside a limit: drop whole low-priority parts first, then shorten what is left.
 
-    ``assemble(rendered_parts, cut_note)`` builds the full text. The cut note names what was left
-    out and ``where`` the rest is. As a last resort the text is truncated, which only happens when
-    a single entry is larger than the whole limit.
+    ``assemble(rendered_parts, cut_note)`` builds the full text; the cut note names what was left
+    out and ``where`` the rest is. Kept parts are always the highest-priority ones, so a reader
+    never finds the test selection while the pre-commit failure went missing.
     """
-    shown: list[int | None] = [None] * len(parts)
-    dropped: list[bool] = [False] * len(parts)
-    order = sorted(range(len(parts)), key=lambda i: (parts[i].priority, i))
-    while True:
-        rendered = ["" if dropped[i] else parts[i].render(shown[i]) for i in range(len(parts))]
-        text = assemble(rendered, _cut_note(parts, shown, dropped, where))
-        if limits.fits(text, limit):
-            return text
-        victim = next((i for i in order if parts[i].droppable and not dropped[i]), None)
-        if victim is not None:
-            dropped[victim] = True
-            continue
-        shrinkable = [i for i in order if not dropped[i] and (shown[i] or parts[i].entries) > 1]
-        if not shrinkable:
-            log.warning("report cut by plain truncation", limit=limit, length=limits.github_len(text))
-            return limits.truncate(text, limit, where=where)
-        i = shrinkable[0]
-        shown[i] = max(1, (shown[i] or parts[i].entries) // 2)
+
+    def __init__(
+        self, parts: Sequence[_Part], limit: int, assemble: Callable[[list[str], str], str], where: str
+    ):
+        self.parts = parts
+        self.limit = limit
+        self.assemble = assemble
+        self.where = where
+        self.shown: list[int | None] = [None] * len(parts)
+        self.dropped = [False] * len(parts)
+        self.order = sorted(range(len(parts)), key=lambda i: (parts[i].priority, i))
+
+    def text(self) -> str:
+        rendered = [
+            "" if self.dropped[i] else part.render(self.shown[i]) for i, part in enumerate(self.parts)
+        ]
+        return self.assemble(rendered, self.note())
+
+    def fits(self) -> bool:
+        return limits.fits(self.text(), self.limit)
+
+    def fit(self) -> str:
+        if self.fits():
+            return self.text()
+        if not (self._drop() or self._shorten()):
+            text = self.text()
+            # Only when one entry alone is larger than the limit, which the per-entry caps prevent.
+            log.warning("report cut by plain truncation", limit=self.limit, length=limits.github_len(text))
+            return limits.truncate(text, self.limit, where=self.where)
+        log.info("report cut to fit", note=self.note())
+        return self.text()
+
+    def _drop(self) -> bool:
+        for i in self.order:
+            if self.parts[i].droppable:
+                self.dropped[i] = True
+                if self.fits():
+                    return True
+        return False
+
+    def _shorten(self) -> bool:
+        for i in self.order:
+            if self.dropped[i] or self.parts[i].entries <= 1:
+                continue
+            low, high = 1, self.parts[i].entries - 1  # the largest count that fits, by bisection
+            self.shown[i] = low
+            if not self.fits():
+                continue  # even one entry is too many while the rest stays; shorten the next part
+            while low < high:
+                mid = (low + high + 1) // 2
+                self.shown[i] = mid
+                if self.fits():
+                    low = mid
+                else:
+                    high = mid - 1
+            self.shown[i] = low
+            return True
+        return False
+
+    def note(self) -> str:
+        left_out = [p.label for p, d in zip(self.parts, self.dropped, strict=True) if d]
+        shortened = [
+            f"{p.label} (first {k:,} of {max(p.total, p.entries):,})"
+            for p, k, d in zip(self.parts, self.shown, self.dropped, strict=True)
+            if k is not None and not d
+        ]
+        bits = []
+        if left_out:
+            bits.append("left out " + ", ".join(left_out))
+        if shortened:
+            bits.append("shortened " + ", ".join(shortened))
+        if not bits:
+            return ""
+        return f"✂️ Cut to fit GitHub's size limit: {'; '.join(bits)}. The rest is in {self.where}."
 
 
-def _cut_note(parts: Sequence[_Part], shown: list[int | None], dropped: list[bool], where: str) -> str:
-    left_out = [p.label for p, d in zip(parts, dropped, strict=True) if d]
-    shortened = [
-        f"{p.label} (first {k:,} of {p.entries:,})"
-        for p, k, d in zip(parts, shown, dropped, strict=True)
-        if k is not None and not d
-    ]
-    if not left_out and not shortened:
-        return ""
-    bits = []
-    if left_out:
-        bits.append("left out " + ", ".join(left_out))
-    if shortened:
-        bits.append("shortened " + ", ".join(shortened))
-    log.info("report cut to fit", left_out=left_out, shortened=shortened)
-    return f"✂️ Cut to fit GitHub's size limit: {'; '.join(bits)}. The rest is in {where}."
+def _fit(parts: Sequence[_Part], limit: int, assemble: Callable[[list[str], str], str], where: str) -> str:
+    return _Cutter(parts, limit, assemble, where).fit()
 
 
 # --- The sticky comment -----------------------------------------------------------------------------
@@ -341,38 +379,38 @@ def _comment_head(
     check_run_url: str | None,
     notice: str | None,
 ) -> str:
-    lines = [f"### {_stage_heading(report, stage, queue_position)}"]
+    """The heading, where and what ran, the caller's notice, and the run's error: all above the fold."""
+    heading = f"### {_stage_heading(report, stage, queue_position)}"
     if stage == Stage.CONFIG_ERROR:
         problems = notice or (report.error if report else None) or "the file could not be read"
-        problems = limits.truncate(problems, limits.COMMENT_NOTICE_CHARS)
-        lines += [
-            f"paritybot could not read {_code(CONFIG_PATH)}, so nothing ran:",
-            "",
-            problems.strip(),
-            "",
-            f"Fix the file and push, or comment `{COMMAND}` once it is fixed on the base branch.",
-        ]
-        return "\n".join(lines)
+        return "\n\n".join(
+            [
+                heading,
+                f"paritybot could not read {_code(CONFIG_PATH)}, so nothing ran:",
+                limits.truncate(problems.strip(), limits.COMMENT_NOTICE_CHARS),
+                f"Fix the file and push, or comment `{COMMAND}` once it is fixed on the base branch.",
+            ]
+        )
+    blocks = [heading]
     if stage == Stage.AWAITING_APPROVAL:
-        lines.append(
+        blocks.append(
             notice
             or "This pull request's author is not yet trusted to run code on the GPU machines. "
             f"A maintainer approves this commit by commenting `{COMMAND}`; a new push needs a new approval."
         )
         notice = None
     if report is not None:
+        # One paragraph, one line each: Markdown would otherwise run them together.
+        info = [_about_line(report, check_run_url), _not_run_line(report)]
         if stage != Stage.DONE:
-            lines += ["", _results_caption(report, stage) + " " + _verdict_line(report, stage)]
-        lines.append(_about_line(report, check_run_url))
-        not_run = _not_run_line(report)
-        if not_run:
-            lines.append(not_run)
+            info.insert(0, _results_caption(report, stage) + " " + _verdict_line(report, stage))
+        blocks.append("<br>\n".join(line for line in info if line))
     if notice:
         notice = limits.truncate(notice.strip(), limits.COMMENT_NOTICE_CHARS)
-        lines += ["", "\n".join("> " + line for line in notice.splitlines())]
+        blocks.append("\n".join("> " + line for line in notice.splitlines()))
     if report is not None and report.error:
-        lines += ["", _run_error_block(report)]
-    return "\n".join(lines)
+        blocks.append(_run_error_block(report))
+    return "\n\n".join(blocks)
 
 
 def _stage_heading(report: RunReport | None, stage: Stage, queue_position: int | None) -> str:
@@ -390,7 +428,12 @@ def _stage_heading(report: RunReport | None, stage: Stage, queue_position: int |
     if stage == Stage.CONFIG_ERROR:
         return f"⚠️ Invalid {_code(CONFIG_PATH)}"
     assert report is not None  # checked by render_comment
-    return _verdict_line(report)
+    return _capitalised(_verdict_line(report))
+
+
+def _capitalised(line: str) -> str:
+    """Upper-case the first letter after the leading emoji: a heading reads as a sentence."""
+    return re.sub(r"^(\W*)(\w)", lambda m: m[1] + m[2].upper(), line, count=1)
 
 
 def _running_now(report: RunReport | None) -> str:
@@ -499,9 +542,11 @@ def _not_run_line(report: RunReport) -> str:
 def _run_error_block(report: RunReport) -> str:
     assert report.error is not None
     text = limits.truncate(report.error.strip(), limits.COMMENT_RUN_ERROR_CHARS)
+    checked = any(c is not None for c in (report.precommit, report.docstrings, report.tests))
+    consequence = "so the results below are incomplete" if checked else "before any check ran"
     return (
-        "**💥 The run itself broke**, so the results below are incomplete. This is usually the "
-        f"machine's fault, not your change's; `{COMMAND}` tries again.\n\n" + _fence(text, "text")
+        f"**💥 The run itself broke**, {consequence}. This is usually the machine's fault, not your "
+        f"change's; `{COMMAND}` tries again.\n\n" + _fence(text, "text")
     )
 
 
@@ -571,7 +616,9 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> _Part:
         summary = f"❌ <b>{_n(len(failing), 'failing test')}</b>"
         return _details(summary, "\n\n".join(blocks), open_=len(failing) <= 3)
 
-    return _Part(label="failing tests", priority=100, render=render, entries=cap, droppable=False)
+    return _Part(
+        label="failing tests", priority=100, render=render, entries=cap, total=len(failing), droppable=False
+    )
 
 
 def _failure_name_line(result: TestCaseResult) -> str:
@@ -658,7 +705,7 @@ def _flaky_part(flaky: list[TestCaseResult], where: str) -> _Part:
         summary = f"⚠️ <b>{_n(len(flaky), 'flaky test')}</b>: failed, then passed on a rerun"
         return _details(summary, "\n".join(items))
 
-    return _Part(label="flaky tests", priority=50, render=render, entries=cap)
+    return _Part(label="flaky tests", priority=50, render=render, entries=cap, total=len(flaky))
 
 
 def _findings_part(d: DocstringResult, where: str) -> _Part:
@@ -682,7 +729,7 @@ def _findings_part(d: DocstringResult, where: str) -> _Part:
         summary = f"{icon} <b>{_n(len(findings), 'docstring finding')}</b>{checked}{style}"
         return _details(summary, "\n".join(items))
 
-    return _Part(label="docstring findings", priority=45, render=render, entries=cap)
+    return _Part(label="docstring findings", priority=45, render=render, entries=cap, total=len(findings))
 
 
 def _sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -708,12 +755,21 @@ def _parity_icon(row: ParityRow) -> str:
     return "✅" if row.verdict == ParityVerdict.MATCH else "❔"
 
 
+def _parity_compared(parity: ParityReport) -> int:
+    """How many fields were compared at all: known to CI and this run, or to this run and you."""
+    unknown = ParityVerdict.UNKNOWN
+    return sum(1 for r in parity.rows if r.verdict != unknown or r.contributor_verdict != unknown)
+
+
 def _parity_summary(parity: ParityReport) -> str:
     differs = _parity_differences(parity)
     if differs:
         fields = ", ".join(html.escape(r.label) for r in differs)
         return f"⚠️ <b>Environment parity: {_n(len(differs), 'difference')}</b> ({fields})"
-    return "✅ <b>Environment parity</b>: no difference found"
+    compared = _parity_compared(parity)
+    if not compared:
+        return "❔ <b>Environment parity</b>: nothing to compare with (no CI reference)"
+    return f"✅ <b>Environment parity</b>: no difference in {_n(compared, 'field')} compared"
 
 
 def _parity_table(parity: ParityReport) -> str:
@@ -794,7 +850,7 @@ def _selection_part(selection: Selection, where: str) -> _Part:
             blocks.append(f"Run everything with `{COMMAND} all`.")
         return _details(_selection_summary(selection), "\n\n".join(blocks))
 
-    return _Part(label="test selection", priority=20, render=render, entries=cap)
+    return _Part(label="test selection", priority=20, render=render, entries=cap, total=len(groups))
 
 
 def _selection_summary(selection: Selection) -> str:
@@ -1005,9 +1061,7 @@ def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome
         # a timeout from a failure, and GitHub has a conclusion for it.
         timed_out = re.search(r"\btimed out\b", message or "", re.IGNORECASE) is not None
         return _Outcome(
-            "completed",
-            "timed_out" if timed_out else "failure",
-            "Could not run" + (f": {_one_line(message)}" if message else ""),
+            "completed", "timed_out" if timed_out else "failure", _one_line(message) or "Could not run"
         )
     return None
 
@@ -1030,7 +1084,7 @@ def _check_output(
         name=check_run_name(kind, report.environment),
         status=outcome.status,
         conclusion=outcome.conclusion,
-        title=_one_line(outcome.title, limits.CHECK_TITLE_MAX),
+        title=_capitalised(_one_line(outcome.title, limits.CHECK_TITLE_MAX)),
         summary=limits.truncate(summary, _CHECK_LIMIT),
         text=limits.truncate(text, _CHECK_LIMIT),
         annotations=annotations or [],
@@ -1095,7 +1149,7 @@ def _precommit_run(report: RunReport) -> CheckRunOutput:
         CheckKind.PRECOMMIT,
         outcome,
         "\n\n".join(summary),
-        _fit_blocks(text, "the pre-commit output"),
+        _fit_blocks(text, "hook outputs and diff", "the runner's log"),
         _cap_annotations(annotations),
     )
 
@@ -1133,10 +1187,10 @@ def _cap_annotations(annotations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return annotations[: limits.ANNOTATIONS_PER_RUN_MAX]
 
 
-def _fit_blocks(blocks: list[str], where: str, sep: str = "\n\n") -> str:
+def _fit_blocks(blocks: list[str], label: str, where: str, sep: str = "\n\n") -> str:
     """Join blocks into a check run's text, keeping whole blocks from the front while they fit."""
     part = _Part(
-        label="this list",
+        label=label,
         priority=0,
         render=lambda k: sep.join(blocks if k is None else blocks[:k]),
         entries=len(blocks),
@@ -1165,13 +1219,17 @@ def _docstrings_run(report: RunReport) -> CheckRunOutput:
         outcome = _Outcome("completed", conclusion, f"{_n(len(findings), 'finding')} in {checked}")
     elif d.status == CheckStatus.FAILED:
         outcome = _Outcome("completed", "failure", _one_line(d.message) or "Failed")
+    elif d.checked == 0:
+        outcome = _Outcome("completed", "neutral", "No changed public objects to check")
     else:
         outcome = _Outcome("completed", "success", f"{checked} checked, all documented")
     header = _run_header(report)
     if d.style:
         header += f"\n\nDocstring style: {_esc(d.style)}."
     lines = [_finding_line(f) for f in findings]
-    summary = _fit_blocks([header + "\n", *lines], "the annotations", sep="\n") if findings else header
+    summary = (
+        _fit_blocks([header + "\n", *lines], "findings", "the annotations", sep="\n") if findings else header
+    )
     annotations = [
         _annotation(f.path, f.line, f.end_line or f.line, f.level.value, f.message, f.title) for f in findings
     ]
@@ -1225,8 +1283,8 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
         report,
         CheckKind.TESTS,
         outcome,
-        _fit_blocks(summary, "the details below"),
-        _fit_blocks(blocks, "the annotations on the test files"),
+        _fit_blocks(summary, "this summary", "the details below"),
+        _fit_blocks(blocks, "test details", "the annotations on the test files"),
         _cap_annotations(annotations),
     )
 
@@ -1334,8 +1392,12 @@ def _parity_run(report: RunReport) -> CheckRunOutput:
     if differs:
         labels = ", ".join(r.label for r in differs)
         outcome = _Outcome("completed", "neutral", f"{_n(len(differs), 'difference')}: {labels}")
+    elif _parity_compared(parity):
+        outcome = _Outcome(
+            "completed", "success", f"No difference in {_n(_parity_compared(parity), 'field')}"
+        )
     else:
-        outcome = _Outcome("completed", "success", f"No difference in {_n(len(parity.rows), 'field')}")
+        outcome = _Outcome("completed", "neutral", "Nothing to compare with: no CI reference")
     summary = [_run_header(report), _parity_table(parity)]
     if parity.advice:
         summary.append("\n".join(f"- {_esc(a)}" for a in parity.advice))
@@ -1354,4 +1416,4 @@ def _probe_packages(report: RunReport) -> str:
         return ""
     rows = ["### Packages in this run\n\n| Package | Version in this run |\n|---|---|"]
     rows += [f"| {_cell(name)} | {_cell(v)} |" for name, v in sorted(report.probe.packages.items())]
-    return _fit_blocks(rows, "the probe's output", sep="\n")
+    return _fit_blocks(rows, "packages", "the probe's output", sep="\n")
