@@ -30,6 +30,7 @@ from bot.models import (
     CheckStatus,
     DocstringResult,
     Finding,
+    HookResult,
     HookStatus,
     Level,
     Model,
@@ -630,7 +631,8 @@ def _failure_entry(result: TestCaseResult) -> str:
     what = "failed" if result.outcome == TestOutcome.FAILED else "errored (setup, teardown or collection)"
     if result.attempts > 1:
         what += f" on all {result.attempts} attempts"
-    lines = [f"**{_code(result.nodeid)}** {what}, {result.duration_s:.1f} s"]
+    took = f", {result.duration_s:.1f} s" if result.duration_s else ""
+    lines = [f"**{_code(result.nodeid)}** {what}{took}"]
     if result.message.strip():
         lines.append(
             _fence(_first_lines(result.message, limits.COMMENT_ERROR_LINES, limits.COMMENT_ERROR_CHARS))
@@ -669,7 +671,7 @@ def _precommit_section(pc: PrecommitResult) -> str:
         listed = []
         for number, hook in enumerate(failed):
             note = " — changed files" if hook.files_modified else ""
-            item = f"- **{_esc(hook.name)}** {_code(hook.id)}{note}"
+            item = f"- {_hook_label(hook)}{note}"
             if hook.output.strip() and number < limits.COMMENT_HOOK_OUTPUTS:
                 out = _first_lines(hook.output, 15, limits.COMMENT_HOOK_OUTPUT_CHARS)
                 item += "\n\n" + _indent(_fence(out, "text"), "  ")
@@ -684,6 +686,12 @@ def _precommit_section(pc: PrecommitResult) -> str:
             _details(f"The fixes pre-commit made ({_n(lines, 'line')} of diff)", _fence(diff, "diff"))
         )
     return _details(summary, "\n\n".join(blocks))
+
+
+def _hook_label(hook: HookResult) -> str:
+    """The hook's name, and its id (what ``SKIP=`` and the config use) when that differs."""
+    label = f"**{_esc(hook.name)}**"
+    return label if hook.name == hook.id else f"{label} {_code(hook.id)}"
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -738,7 +746,7 @@ def _sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 def _finding_line(f: Finding) -> str:
     title = f"**{_esc(f.title)}**: " if f.title else ""
-    return f"- {_code(f'{f.path}:{f.line}')} — {title}{_esc(f.message)}"
+    return f"- {_code(f'{f.path}:{f.line}')} — {title}{_esc(_one_line(f.message, 300))}"
 
 
 def _parity_differences(parity: ParityReport) -> list[ParityRow]:
@@ -1132,7 +1140,8 @@ def _precommit_run(report: RunReport) -> CheckRunOutput:
     icons = {HookStatus.PASSED: "✅ passed", HookStatus.FAILED: "❌ failed", HookStatus.SKIPPED: "➖ skipped"}
     for h in pc.hooks:
         changed = " (changed files)" if h.files_modified else ""
-        rows.append(f"| {_cell(h.name)} ({_code(h.id)}) | {icons[h.status]}{changed} |")
+        label = _hook_label(h).replace("|", "\\|")
+        rows.append(f"| {label} | {icons[h.status]}{changed} |")
     summary = [_run_header(report), "\n".join(rows) if pc.hooks else _esc(pc.message)]
     if pc.fix_command and failed:
         summary.append("Fix it locally, then commit and push:\n" + _fence(pc.fix_command, "sh"))
@@ -1140,7 +1149,7 @@ def _precommit_run(report: RunReport) -> CheckRunOutput:
     for h in failed:
         if h.output.strip():
             out = limits.truncate(h.output.strip(), limits.CHECK_HOOK_OUTPUT_CHARS)
-            text.append(f"### {_esc(h.name)} ({_code(h.id)})\n\n" + _fence(out, "text"))
+            text.append(f"### {_hook_label(h)}\n\n" + _fence(out, "text"))
     if pc.diff.strip():
         text.append("### The fixes pre-commit made\n\n" + _fence(pc.diff.rstrip("\n"), "diff"))
     annotations = [a for h in failed for a in _output_annotations(h.output, h.id)]
@@ -1267,7 +1276,7 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
     if tests.message:
         summary.append(_esc(tests.message))
     if failing:
-        summary.append("Failing:\n" + _name_list(failing))
+        summary.append("Failing:\n" + _name_list(failing, headlines=True))
     if flaky:
         summary.append("Flaky (failed, then passed on a rerun):\n" + _name_list(flaky))
     if failing:
@@ -1289,9 +1298,9 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
     )
 
 
-def _name_list(results: list[TestCaseResult]) -> str:
+def _name_list(results: list[TestCaseResult], *, headlines: bool = False) -> str:
     shown = results[: limits.CHECK_LISTED_TESTS]
-    lines = [f"- {_code(r.nodeid)}" for r in shown]
+    lines = [_failure_name_line(r) if headlines else f"- {_code(r.nodeid)}" for r in shown]
     if len(results) > len(shown):
         lines.append(f"- …and {len(results) - len(shown):,} more, annotated on their files")
     return "\n".join(lines)
