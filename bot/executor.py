@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -55,18 +57,25 @@ class RunExecutor:
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 job = await asyncio.to_thread(self.store.get_job, job.id) or job
-            await reporter.update_check_runs(job.repo, job.check_runs, render_in_progress_output(job.environment))
-            await reporter.refresh_summary(job.repo, pr)
+            await _reported(
+                "start",
+                reporter.update_check_runs(job.repo, job.check_runs, render_in_progress_output(job.environment)),
+                reporter.refresh_summary(job.repo, pr),
+            )
         report = await self._execute(job, cancel, token)
         await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
         await self._remember(job, report)
         log.info("run finished", state=report.state.value, error=report.error)
         if reporter is not None and pr is not None:
-            await reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report))
-            await reporter.refresh_summary(job.repo, pr)
+            await _reported(
+                "result",
+                reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
+                reporter.refresh_summary(job.repo, pr),
+            )
             if job.request.comment_id is not None and report.state != RunState.CANCELLED:
                 good = report.state == RunState.SUCCEEDED and not _has_failures(report)
-                await reporter.react(job.repo, job.request.comment_id, REACTION_PASSED if good else REACTION_FAILED)
+                content = REACTION_PASSED if good else REACTION_FAILED
+                await _reported("reaction", reporter.react(job.repo, job.request.comment_id, content))
 
     async def _execute(self, job: Job, cancel: asyncio.Event, token: str | None) -> RunReport:
         config = job.request.config or RepoConfig()
@@ -114,6 +123,19 @@ class RunExecutor:
             state = await asyncio.to_thread(self.store.pull_state, job.repo, job.pr_number)
             state.failed_tests[job.environment] = failed
             await asyncio.to_thread(self.store.save_pull_state, state)
+
+
+async def _reported(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
+    """Send reports one after another; a GitHub error is logged, and never loses the run's result,
+    which is in the store already and is sent again at the next refresh of the PR."""
+    for i, call in enumerate(calls):
+        try:
+            await call
+        except Exception:
+            log.exception("reporting to GitHub failed", what=what)
+            for rest in calls[i + 1 :]:
+                rest.close()
+            return
 
 
 def _has_failures(report: RunReport) -> bool:

@@ -158,13 +158,15 @@ class GitHubReporter:
             fresh = state.comment_id is not None and needs_new_comment(previous, Verdict(current_verdict))
             state.last_verdict = current_verdict
         if state.comment_id is not None and fresh:
-            # New news that needs action (pass → fail): a new comment notifies; the old one goes.
+            # News that needs action (pass → fail): a new comment notifies people; the old one
+            # goes only once the new one exists, so the PR never shows no summary.
+            created = await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
             await self._delete_comment(repo, state.comment_id)
-            state.comment_id = None
-        if state.comment_id is not None and state.comment_body_hash == digest:
+            state.comment_id = int(created["id"])
+        elif state.comment_id is not None and state.comment_body_hash == digest:
             await asyncio.to_thread(self.store.save_pull_state, state)
             return state.comment_id
-        if state.comment_id is not None:
+        elif state.comment_id is not None:
             try:
                 await self.gh.patch(f"/repos/{repo}/issues/comments/{state.comment_id}", data={"body": body})
             except BadRequest as exc:

@@ -184,6 +184,9 @@ class SQLiteStore:
     def delivery_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
 
+    def delivery_status_count(self, status: str) -> int:
+        return int(self._query("SELECT count(*) AS n FROM deliveries WHERE status = ?", (status,))[0]["n"])
+
     # installations --------------------------------------------------------------------------------
 
     def record_installation(self, installation_id: int, account: str, action: str) -> None:

@@ -42,7 +42,7 @@ class WorkerPool:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self.running: dict[str, asyncio.Task[None]] = {}
+        self.busy = 0  # jobs being executed right now
 
     def wake(self) -> None:
         """New work was queued; don't wait for the next poll."""
@@ -75,6 +75,7 @@ class WorkerPool:
         cancel = asyncio.Event()
         structlog.contextvars.bind_contextvars(run_id=job.id, repo=job.repo, pr=job.pr_number)
         watcher = asyncio.create_task(self._watch_cancel(job.id, cancel))
+        self.busy += 1
         try:
             log.info("run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts)
             await self._execute(job, cancel)
@@ -87,6 +88,7 @@ class WorkerPool:
 
             await asyncio.to_thread(self._store.finish, job.id, RunState.FAILED, None, "internal error")
         finally:
+            self.busy -= 1
             watcher.cancel()
             structlog.contextvars.unbind_contextvars("run_id", "repo", "pr")
 

@@ -66,6 +66,10 @@ class HostRunner:
             timed_out = True
             self._kill(proc)
             out, _ = await proc.communicate()
+        except asyncio.CancelledError:
+            # The task running us was cancelled (shutdown): leave no process behind.
+            self._kill(proc)
+            raise
         finally:
             self._proc = None
         duration = time.monotonic() - started

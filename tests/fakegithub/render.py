@@ -156,6 +156,8 @@ def _branch(site: Site, repo: Repo, full_name: str | None, ref: str, sha: str) -
     if full_name is not None:
         head_repo = repository(site, full_name, private=repo.private, default_branch=repo.default_branch)
         head_repo["fork"] = full_name != repo.full_name
+        if full_name == repo.full_name and repo.clone_url:
+            head_repo["clone_url"] = repo.clone_url
     return {"label": f"{owner}:{ref}", "ref": ref, "sha": sha, "user": user(site, owner), "repo": head_repo}
 
 

@@ -139,13 +139,23 @@ class FakeGitHub:
         return inst
 
     def add_repo(
-        self, full_name: str, *, installation_id: int = 1, default_branch: str = "main", private: bool = False
+        self,
+        full_name: str,
+        *,
+        installation_id: int = 1,
+        default_branch: str = "main",
+        private: bool = False,
+        clone_url: str | None = None,
     ) -> Repo:
-        """A repository the app is installed on (the installation is created if new)."""
+        """A repository the app is installed on (the installation is created if new).
+
+        ``clone_url`` replaces the github.com one in rendered PRs, so the bot can fetch real code.
+        """
         owner, name = full_name.split("/", 1)
         if installation_id not in self.installations:
             self.add_installation(installation_id, owner)
         repo = Repo(owner, name, render.stable_id(full_name), installation_id, default_branch, private)
+        repo.clone_url = clone_url
         self.repos[full_name.lower()] = repo
         return repo
 

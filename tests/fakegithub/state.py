@@ -71,6 +71,7 @@ class Repo:
     files: dict[str, dict[str, bytes]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
     pulls: dict[int, PullRequest] = field(default_factory=dict)
+    clone_url: str | None = None  # e.g. file:// of a local bare repository the bot can fetch
 
     @property
     def full_name(self) -> str:

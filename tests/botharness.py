@@ -1,0 +1,180 @@
+"""The real bot, in-process, wired to the fake GitHub and a real local git remote.
+
+`BotHarness` starts what `paritybot serve` starts (delivery log, dispatcher, workers, web app on a
+real loopback port), with the host runner using this interpreter's tools. Tests send GitHub's
+real payloads over HTTP and read the results from the fake GitHub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import payloads
+from aiohttp.test_utils import TestServer
+from fakegithub import FakeGitHub
+from sample_repo import SampleRepo, make_sample_repo, tool_env
+
+from bot.app import Service, build_service, start_service
+from bot.config import Environment
+from bot.models import RunState
+from bot.settings import Settings
+from runner.base import Runner
+from runner.host import HostRunner
+from runner.pipeline import RunnerFactory
+
+SECRET = "webhook-secret-for-tests"
+REPO = "octo-org/calc"
+
+
+def host_runner_factory() -> RunnerFactory:
+    async def make(environment: Environment, run_id: str) -> Runner:
+        return HostRunner(reason="tests use the host runner", env={**tool_env(), **environment.env})
+
+    return make
+
+
+@dataclass
+class BotHarness:
+    fake: FakeGitHub
+    tmp: Path
+    sample: SampleRepo
+    clone_url: str
+    runner: RunnerFactory = field(default_factory=host_runner_factory)
+    service: Service | None = None
+    server: TestServer | None = None
+    session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def create(cls, fake: FakeGitHub, tmp: Path, runner: RunnerFactory | None = None) -> BotHarness:
+        sample = make_sample_repo(tmp)
+        bare = tmp / "remote.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(sample.path), str(bare)], check=True)
+        harness = cls(fake=fake, tmp=tmp, sample=sample, clone_url=bare.as_uri())
+        if runner is not None:
+            harness.runner = runner
+        fake.add_repo(REPO, installation_id=1, clone_url=harness.clone_url)
+        harness.seed_pull(sample.head_sha)
+        await harness.start()
+        return harness
+
+    def settings(self) -> Settings:
+        return Settings(
+            app_id=self.fake.app_id,
+            private_key=self.fake.private_key_pem,
+            webhook_secret=SECRET,
+            github_api_url=self.fake.url,
+            database_url=f"sqlite:///{self.tmp / 'bot.db'}",
+            workspace_root=self.tmp / "workspaces",
+            cache_root=self.tmp / "cache",
+            runner="host",
+            workers=1,
+        )
+
+    async def start(self) -> None:
+        self.service = await build_service(self.settings(), runner=self.runner)
+        self.service.workers._poll = 0.1  # noqa: SLF001 - tests need not wait a second per poll
+        await start_service(self.service)
+        self.server = TestServer(self.service.web_app)
+        await self.server.start_server()
+        self.session = aiohttp.ClientSession()
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.server is not None:
+            await self.server.close()
+        if self.service is not None:
+            await self.service.stop()
+        self.service = self.server = self.session = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("/webhook"))
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        assert self.session is not None
+        async with self.session.post(self.url, data=body, headers=headers) as resp:
+            await resp.read()
+            return resp
+
+    async def send(self, event: str, payload: dict[str, Any], *, delivery_id: str | None = None) -> int:
+        body, headers = payloads.delivery(event, payload, SECRET, delivery_id=delivery_id)
+        return (await self.post(body, headers)).status
+
+    def seed_pull(self, head_sha: str, number: int = 7, **kwargs: Any) -> None:
+        """The PR as GitHub's API shows it (the webhook payload only tells the bot about it)."""
+        kwargs.setdefault("author_association", "OWNER")
+        kwargs.setdefault("author", "octocat")
+        self.fake.add_pull(
+            REPO, number, head_sha=head_sha, base_ref="main", base_sha=self.sample.base_sha, **kwargs
+        )
+
+    def pr_event(self, action: str = "opened", **overrides: Any) -> dict[str, Any]:
+        values: dict[str, Any] = dict(
+            number=7,
+            head_sha=self.sample.head_sha,
+            base_ref="main",
+            base_sha=self.sample.base_sha,
+            repo_full_name=REPO,
+            clone_url=self.clone_url,
+            installation_id=1,
+            api_url=self.fake.url,
+        )
+        values.update(overrides)
+        return payloads.pull_request_event(action, **values)
+
+    @property
+    def store(self) -> Any:
+        assert self.service is not None
+        return self.service.store
+
+    async def wait_for(self, what: str, predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def wait_runs_done(self, pr_number: int = 7, count: int = 1) -> None:
+        """Until `count` runs of the PR ended and their check runs were completed on the fake."""
+
+        def done() -> bool:
+            jobs = self.store.jobs_for_pr(REPO, pr_number)
+            ended = [j for j in jobs if j.state not in (RunState.QUEUED, RunState.RUNNING)]
+            if len(ended) < count or self.service is None or self.service.workers.busy:
+                return False
+            return all(
+                self.fake.check_run(cid).states[-1]["status"] == "completed"
+                for j in ended
+                for cid in j.check_runs.values()
+            )
+
+        await self.wait_for(f"{count} finished run(s) of PR #{pr_number}", done)
+
+    def bot_comments(self, pr_number: int = 7) -> list[Any]:
+        return [c for c in self.fake.comments(REPO, pr_number) if c.user == self.fake.bot_login]
+
+    def commit_on_feature(self, path: str, text: str, message: str) -> str:
+        """A new commit pushed to the remote's feature branch (a PR `synchronize`)."""
+        repo = self.sample.path
+        (repo / path).write_text(text)
+        env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+        run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True, env={**__import__("os").environ, **env}).stdout.strip()  # noqa: E731
+        run("add", path)
+        run("commit", "-qm", message)
+        run("push", "-q", str(self.tmp / "remote.git"), "HEAD:feature")
+        sha = run("rev-parse", "HEAD")
+        self.seed_pull(sha)
+        return sha

@@ -1,0 +1,168 @@
+"""End to end: GitHub's real payloads over HTTP → the real bot → runs on a real git repository →
+check runs and one sticky comment on the fake GitHub (which checks every request against the spec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import payloads
+import pytest
+from botharness import REPO, SECRET, BotHarness, host_runner_factory
+from fakegithub import FakeGitHub
+from sample_repo import BROKEN_TEST
+
+from bot.config import Environment
+from bot.models import RunState
+from bot.report import STICKY_MARKER
+from runner.base import Runner, Step, StepResult
+
+
+@pytest.fixture
+async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarness]:
+    harness = await BotHarness.create(fake_github, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.stop()
+
+
+async def test_opened_pr_gets_completed_check_runs_and_one_sticky_comment(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+
+    runs = bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)
+    by_name = {r.name: r.states[-1] for r in runs}
+    assert set(by_name) == {
+        "paritybot / pre-commit (host)",
+        "paritybot / docstrings (host)",
+        "paritybot / tests (host)",
+        "paritybot / parity (host)",
+    }
+    # Every check run went queued → in_progress → completed.
+    for run in runs:
+        statuses = [s["status"] for s in run.states]
+        assert statuses[0] == "queued" and "in_progress" in statuses and statuses[-1] == "completed"
+    assert by_name["paritybot / tests (host)"]["conclusion"] == "failure"
+    assert by_name["paritybot / pre-commit (host)"]["conclusion"] == "failure"
+
+    comments = bot.bot_comments()
+    assert len(comments) == 1
+    body = comments[0].body
+    assert STICKY_MARKER in body
+    assert BROKEN_TEST in body
+    assert "python -m pytest" in body  # the repro command
+    assert bot.sample.head_sha[:7] in body
+
+
+async def test_synchronize_edits_the_same_comment(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    first = bot.bot_comments()[0]
+    edits_before = len(first.bodies)
+
+    new_sha = bot.commit_on_feature("README.md", "changed\n", "docs: readme")
+    assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha)) == 202
+    await bot.wait_runs_done(count=2)
+
+    comments = bot.bot_comments()
+    assert [c.id for c in comments] == [first.id]
+    assert len(comments[0].bodies) > edits_before
+    assert new_sha[:7] in comments[0].body
+
+
+async def test_redelivery_changes_nothing(bot: BotHarness) -> None:
+    payload = bot.pr_event("opened")
+    assert await bot.send("pull_request", payload, delivery_id="delivery-1") == 202
+    await bot.wait_runs_done()
+    calls_before = len(bot.fake.calls)
+
+    assert await bot.send("pull_request", payload, delivery_id="delivery-1") == 202
+    await bot.wait_for("the redelivery to be read", lambda: bot.store.delivery_count() == 1)
+    await asyncio.sleep(0.5)
+    assert len(bot.store.jobs_for_pr(REPO, 7)) == 1
+    assert len(bot.fake.calls) == calls_before
+
+
+async def test_bad_signature_gets_401_and_records_nothing(bot: BotHarness) -> None:
+    body, headers = payloads.delivery("pull_request", bot.pr_event("opened"), "not-the-secret")
+    assert (await bot.post(body, headers)).status == 401
+    del headers["X-Hub-Signature-256"]
+    assert (await bot.post(body, headers)).status == 401
+    await asyncio.sleep(0.3)
+    assert bot.store.delivery_count() == 0
+    assert bot.fake.calls == []
+
+
+async def test_malformed_requests_get_400_and_ping_200(bot: BotHarness) -> None:
+    body = b'{"zen": "truncated'
+    headers = payloads.webhook_headers("pull_request", body, SECRET)
+    assert (await bot.post(body, headers)).status == 400
+    body = b"[1, 2]"
+    assert (await bot.post(body, payloads.webhook_headers("push", body, SECRET))).status == 400
+    good = payloads.encode(bot.pr_event("opened"))
+    headers = payloads.webhook_headers("pull_request", good, SECRET)
+    del headers["X-GitHub-Event"]
+    assert (await bot.post(good, headers)).status == 400
+    assert await bot.send("ping", payloads.example("ping")) == 200
+    assert bot.store.delivery_count() == 0
+
+
+async def test_draft_pr_is_skipped(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened", draft=True)) == 202
+    await bot.wait_for("the delivery to be handled", lambda: bot.store.delivery_status_count("dispatched") == 1)
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+    assert bot.fake.check_runs(REPO) == []
+
+
+class GatedRunner:
+    """The real host runner, held at its first step until the test opens the gate."""
+
+    def __init__(self, inner: Runner, gate: asyncio.Event, started: asyncio.Event):
+        self._inner, self._gate, self._started = inner, gate, started
+
+    @property
+    def info(self):  # type: ignore[no-untyped-def]
+        return self._inner.info
+
+    async def prepare(self) -> None:
+        await self._inner.prepare()
+
+    async def run(self, step: Step, workspace: Path) -> StepResult:
+        self._started.set()
+        await self._gate.wait()
+        return await self._inner.run(step, workspace)
+
+    async def cancel(self) -> None:
+        await self._inner.cancel()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+async def test_killing_the_worker_mid_run_loses_no_job(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    host = host_runner_factory()
+
+    async def gated(environment: Environment, run_id: str) -> Runner:
+        return GatedRunner(await host(environment, run_id), gate, started)
+
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gated)
+    try:
+        assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+        await asyncio.wait_for(started.wait(), 60)
+        [job] = bot.store.jobs_for_pr(REPO, 7)
+        assert job.state == RunState.RUNNING
+        await bot.stop()  # the process dies: the run is abandoned mid-step
+
+        bot.runner = host  # the restarted process has a healthy runner
+        await bot.start()
+        await bot.wait_runs_done()
+        [job] = bot.store.jobs_for_pr(REPO, 7)
+        assert job.state == RunState.SUCCEEDED and job.attempts == 2
+        assert len(bot.bot_comments()) == 1
+    finally:
+        gate.set()
+        await bot.stop()
