@@ -37,6 +37,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 import structlog
 from docker.models.containers import Container
 from docker.types import DeviceRequest
@@ -476,13 +477,17 @@ class DockerRunner:
         for rel in step.inject:
             _safe_relative(rel)
         started = time.monotonic()
-        container = await asyncio.to_thread(self._create, step, workspace)
-        self._current = container
         try:
-            return await self._run_created(step, container, started)
-        finally:
-            self._current = None
-            await asyncio.to_thread(_remove_container, container)
+            container = await asyncio.to_thread(self._create, step, workspace)
+            self._current = container
+            try:
+                return await self._run_created(step, container, started)
+            finally:
+                self._current = None
+                await asyncio.to_thread(_remove_container, container)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            # The engine failed under us (restarted, disk full): the run cannot go on.
+            raise RunnerError(f"{step.name}: container engine error: {_api_error_text(exc)}") from None
 
     def _create(self, step: Step, workspace: Path) -> Container:
         self._ensure_volumes()
@@ -537,10 +542,20 @@ class DockerRunner:
         """Copy the workspace (first step only) and the step's injected files into the run volume."""
         uid, gid = self._uid_gid or (0, 0)
         resolved = workspace.resolve()
-        if self._copied != resolved:
-            with workspace_archive(resolved, "workspace", uid, gid) as archive:
-                container.put_archive(RUN_MOUNT, archive)
+        if self._copied is None:
+            try:
+                with workspace_archive(resolved, "workspace", uid, gid) as archive:
+                    container.put_archive(RUN_MOUNT, archive)
+            except OSError as exc:
+                raise RunnerError(
+                    f"could not copy the workspace {workspace} into the container: {exc}"
+                ) from None
             self._copied = resolved
+        elif self._copied != resolved:
+            # Steps share one copy; a second checkout would silently mix with the first.
+            raise RunnerError(
+                f"this run's workspace is {self._copied}, not {resolved}: one runner serves one workspace"
+            )
         files = {f"workspace/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
 

@@ -247,7 +247,7 @@ async def test_step_is_hardened_by_default(make_runner, workspace):
     runner = make_runner()
     script = (
         "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
-        "touch /usr/paritybot-x 2>/dev/null && echo root-writable || echo root-read-only; "
+        'awk \'$2 == "/" { split($4, o, ","); print "root-mount-" o[1] }\' /proc/mounts; '
         "touch /tmp/ok && echo tmp-writable; echo home=$HOME; touch $HOME/ok && echo home-writable; "
         "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; true"
     )
@@ -257,7 +257,7 @@ async def test_step_is_hardened_by_default(make_runner, workspace):
     assert lines[:2] == ["1000", "1000"]
     assert "CapEff:\t0000000000000000" in result.output
     assert "NoNewPrivs:\t1" in result.output
-    assert "root-read-only" in result.output
+    assert "root-mount-ro" in result.output.split()  # even root could not write the image's files
     assert "tmp-writable" in result.output and "home-writable" in result.output
     assert "64" in lines
 
@@ -468,3 +468,14 @@ async def test_tool_caches_survive_runs_of_the_same_image(make_runner, workspace
     second = make_runner()
     seen = await second.run(sh("reuse", "ls $PRE_COMMIT_HOME $PIP_CACHE_DIR"), workspace)
     assert seen.output.split().count(marker) == 2
+
+
+@pytest.mark.docker
+async def test_one_runner_serves_one_workspace(make_runner, workspace, tmp_path, docker_client):
+    runner = make_runner()
+    assert (await runner.run(sh("first", "true"), workspace)).ok
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RunnerError, match="one runner serves one workspace"):
+        await runner.run(sh("second", "true"), other)
+    assert containers_of(docker_client, runner.run_id) == []
