@@ -41,7 +41,7 @@ from runner.precommit import run_precommit
 from runner.probe import parse_probe, probe_step
 from runner.repro import ReproContext
 from runner.selection import select_tests
-from runner.testexec import run_tests
+from runner.testexec import TestRunError, run_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -226,7 +226,20 @@ class Pipeline:
             setup=list(self.environment.setup),
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
-        results = await run_tests(self._runner, ws.path, nodeids, self.config.tests, repro)
+        try:
+            results = await run_tests(
+                self._runner,
+                ws.path,
+                nodeids,
+                self.config.tests,
+                repro,
+                timeout_s=self.environment.step_timeout_minutes * 60,
+                network=self.environment.network.tests,
+                env=dict(self.environment.env),
+            )
+        except TestRunError as exc:
+            self._check_cancelled()
+            return TestsResult(status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output)
         self._check_cancelled()
         bad = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
         status = CheckStatus.FAILED if bad else CheckStatus.PASSED

@@ -1,0 +1,240 @@
+"""The PR conversation end to end: `/retest-gpu`, trust and approvals, superseded runs, re-runs,
+closing, config errors — real payloads over HTTP, the real bot, the fake GitHub checking the spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import payloads
+import pytest
+from botharness import REPO, BotHarness, host_runner_factory
+from fakegithub import FakeGitHub
+from test_e2e_webhook import GatedRunner
+
+from bot.config import Environment
+from bot.models import RunScope, RunState
+from runner.base import Runner
+
+
+@pytest.fixture
+async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarness]:
+    harness = await BotHarness.create(fake_github, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.stop()
+
+
+async def comment(bot: BotHarness, body: str, *, user: str = "maintainer", association: str = "MEMBER") -> int:
+    """Post a comment as a user on the fake, then deliver GitHub's webhook for it."""
+    posted = bot.fake.add_comment(REPO, 7, body, user=user, author_association=association)
+    payload = payloads.issue_comment_event(
+        "created",
+        body=body,
+        commenter=user,
+        author_association=association,
+        comment_id=posted.id,
+        number=7,
+        repo_full_name=REPO,
+        clone_url=bot.clone_url,
+        installation_id=1,
+        api_url=bot.fake.url,
+    )
+    assert await bot.send("issue_comment", payload) == 202
+    return posted.id
+
+
+async def handled(bot: BotHarness, count: int) -> None:
+    await bot.wait_for(f"{count} deliveries handled", lambda: bot.store.delivery_status_count("dispatched") >= count)
+
+
+def reactions(bot: BotHarness, comment_id: int) -> list[str]:
+    return [r.content for r in bot.fake.reactions(comment_id)]
+
+
+def replies(bot: BotHarness) -> list[str]:
+    from bot.report import STICKY_MARKER
+
+    return [c.body for c in bot.bot_comments() if STICKY_MARKER not in c.body]
+
+
+async def test_retest_gpu_by_a_member_reruns_with_reactions(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    comment_id = await comment(bot, "Looks flaky to me.\n\n/retest-gpu\n")
+    await bot.wait_runs_done(count=2)
+    jobs = bot.store.jobs_for_pr(REPO, 7)
+    assert len(jobs) == 2 and jobs[1].request.trigger == "/retest-gpu by @maintainer"
+    # 👀 at once, then 😕 because the sample PR breaks a test.
+    assert reactions(bot, comment_id) == ["eyes", "confused"]
+    assert len(bot.bot_comments()) == 1
+
+
+async def test_retest_failed_reruns_only_the_failed_tests(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    await comment(bot, "/retest-gpu failed")
+    await bot.wait_runs_done(count=2)
+    rerun = bot.store.jobs_for_pr(REPO, 7)[1]
+    assert rerun.request.scope == RunScope.FAILED
+    report = bot.store.report(rerun.id)
+    assert report is not None and report.tests is not None
+    assert [r.nodeid for r in report.tests.results] == ["tests/test_stats.py::TestMean::test_mean_of_halves"]
+
+
+async def test_bad_command_gets_usage_reply_and_no_run(bot: BotHarness) -> None:
+    comment_id = await comment(bot, "/retest-gpu everything please")
+    await handled(bot, 1)
+    assert reactions(bot, comment_id) == ["confused"]
+    [reply] = replies(bot)
+    assert "/retest-gpu" in reply and "everything" in reply
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+
+
+async def test_command_in_code_block_or_quote_is_not_a_command(bot: BotHarness) -> None:
+    await comment(bot, "To rerun, type:\n\n```\n/retest-gpu\n```\n\n> /retest-gpu\n")
+    await handled(bot, 1)
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+    assert replies(bot) == []
+
+
+async def test_help_replies_with_usage(bot: BotHarness) -> None:
+    await comment(bot, "/retest-gpu help")
+    await handled(bot, 1)
+    [reply] = replies(bot)
+    assert "/retest-gpu failed" in reply and "/retest-gpu all" in reply
+
+
+async def test_bots_own_comment_is_ignored(bot: BotHarness) -> None:
+    await comment(bot, "/retest-gpu", user=bot.fake.bot_login, association="NONE")
+    await handled(bot, 1)
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+    assert bot.fake.calls_to("POST", f"/repos/{REPO}/issues/comments/{{comment_id}}/reactions") == []
+
+
+def untrusted_fork_event(bot: BotHarness, action: str = "opened", head_sha: str | None = None) -> dict[str, Any]:
+    return bot.pr_event(
+        action,
+        author="stranger",
+        author_association="FIRST_TIME_CONTRIBUTOR",
+        fork_owner="stranger",
+        head_clone_url=bot.clone_url,
+        head_sha=head_sha or bot.sample.head_sha,
+    )
+
+
+async def test_untrusted_fork_pr_waits_for_approval_of_that_sha(bot: BotHarness) -> None:
+    bot.seed_pull(bot.sample.head_sha, author="stranger", author_association="FIRST_TIME_CONTRIBUTOR",
+                  head_repo="stranger/calc")
+    assert await bot.send("pull_request", untrusted_fork_event(bot)) == 202
+    await handled(bot, 1)
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+    [summary] = bot.bot_comments()
+    assert "approve" in summary.body.lower()
+
+    # The untrusted author cannot approve themselves.
+    await comment(bot, "/retest-gpu", user="stranger", association="FIRST_TIME_CONTRIBUTOR")
+    await handled(bot, 2)
+    assert bot.store.jobs_for_pr(REPO, 7) == []
+    assert any("maintainer" in r.lower() or "approve" in r.lower() for r in replies(bot))
+
+    # A maintainer approves this head SHA by asking for a run.
+    await comment(bot, "/retest-gpu")
+    await bot.wait_runs_done()
+    assert bot.store.approvals(REPO, 7) == [(bot.sample.head_sha, "maintainer")]
+
+    # A new push by the untrusted author needs a new approval: no run.
+    new_sha = bot.commit_on_feature("README.md", "more\n", "docs")
+    bot.seed_pull(new_sha, author="stranger", author_association="FIRST_TIME_CONTRIBUTOR", head_repo="stranger/calc")
+    assert await bot.send("pull_request", untrusted_fork_event(bot, "synchronize", new_sha)) == 202
+    await handled(bot, 4)
+    assert [j.head_sha for j in bot.store.jobs_for_pr(REPO, 7)] == [bot.sample.head_sha]
+
+
+async def test_push_during_a_run_cancels_it(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    host = host_runner_factory()
+    first = True
+
+    async def gated_once(environment: Environment, run_id: str) -> Runner:
+        nonlocal first
+        runner = await host(environment, run_id)
+        if first:
+            first = False
+            return GatedRunner(runner, gate, started)
+        return runner
+
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gated_once)
+    try:
+        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]  # noqa: SLF001
+        assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+        await asyncio.wait_for(started.wait(), 60)
+        new_sha = bot.commit_on_feature("README.md", "pushed\n", "docs")
+        assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha)) == 202
+        await bot.wait_for("the old run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested)
+        gate.set()
+        await bot.wait_runs_done(count=2)
+        old, new = bot.store.jobs_for_pr(REPO, 7)
+        assert old.state == RunState.CANCELLED and new.state == RunState.SUCCEEDED
+        for check_id in old.check_runs.values():
+            assert bot.fake.check_run(check_id).states[-1]["conclusion"] == "cancelled"
+        assert new_sha[:7] in bot.bot_comments()[0].body
+    finally:
+        gate.set()
+        await bot.stop()
+
+
+async def test_closing_the_pr_cancels_queued_runs(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+    host = host_runner_factory()
+
+    async def gated(environment: Environment, run_id: str) -> Runner:
+        return GatedRunner(await host(environment, run_id), gate, started)
+
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gated)
+    try:
+        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]  # noqa: SLF001
+        assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+        await asyncio.wait_for(started.wait(), 60)
+        assert await bot.send("pull_request", bot.pr_event("closed")) == 202
+        await bot.wait_for("the run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested)
+        gate.set()
+        await bot.wait_runs_done()
+        [job] = bot.store.jobs_for_pr(REPO, 7)
+        assert job.state == RunState.CANCELLED
+    finally:
+        gate.set()
+        await bot.stop()
+
+
+async def test_rerequested_check_run_reruns(bot: BotHarness) -> None:
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    check_id = next(iter(bot.store.jobs_for_pr(REPO, 7)[0].check_runs.values()))
+    payload = payloads.check_run_event(
+        "rerequested",
+        head_sha=bot.sample.head_sha,
+        check_run_id=check_id,
+        app_id=bot.fake.app_id,
+        app_slug="paritybot",
+        repo_full_name=REPO,
+        clone_url=bot.clone_url,
+        installation_id=1,
+        api_url=bot.fake.url,
+    )
+    assert await bot.send("check_run", payload) == 202
+    await bot.wait_runs_done(count=2)
+    assert len(bot.store.jobs_for_pr(REPO, 7)) == 2
+
+
+async def test_bad_config_names_the_key_in_the_comment(bot: BotHarness) -> None:
+    bot.fake.set_file(REPO, ".github/paritybot.yml", "tests:\n  reruns: lots\n", ref="main")
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await handled(bot, 1)
+    [summary] = bot.bot_comments()
+    assert "tests.reruns" in summary.body and "lots" in summary.body
+    assert bot.store.jobs_for_pr(REPO, 7) == []
