@@ -1,4 +1,4 @@
-"""GitHub's size limits in one place, and the helpers that keep text inside them.
+"""GitHub's size limits in one place, and the functions that keep text inside them.
 
 Every number GitHub enforces on what we write lives here, so a change on GitHub's side is a
 one-line edit and no renderer hard-codes its own guess. The soft caps below are ours: they keep a

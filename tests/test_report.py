@@ -438,7 +438,7 @@ def test_a_running_report_completes_finished_checks_early() -> None:
     assert outputs[CheckKind.TESTS].title == in_progress_title("tests") == "Running tests…"
 
 
-def test_lifecycle_helpers_name_every_check_consistently() -> None:
+def test_lifecycle_outputs_name_every_check_consistently() -> None:
     names = [check_run_name(k, "cuda12") for k in CHECK_KINDS]
     assert names == [
         "paritybot / pre-commit (cuda12)",
@@ -506,7 +506,7 @@ def test_flaky_test_annotation_is_a_warning() -> None:
     ("message", "line"),
     [
         ("tests/test_x.py:42: AssertionError", 42),
-        ("tests/test_x.py:10: in test\n    helper()\ntests/test_x.py:88: in helper\nE  assert 0", 88),
+        ("tests/test_x.py:10: in test\n    check()\ntests/test_x.py:88: in check\nE  assert 0", 88),
         ("/workspace/tests/test_x.py:17: in test_y", 17),
         ('  File "/home/ci/repo/tests/test_x.py", line 23, in test_y', 23),
         ("src/tests/test_x.py:5: in other", 1),  # a different file with the same tail
