@@ -526,9 +526,17 @@ def _is_test_symbol(sym: Symbol) -> bool:
 class ImportGraph:
     """Symbols of every module and what each depends on, with names resolved to their definitions."""
 
-    def __init__(self, modules: Iterable[ModuleInfo], test_roots: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        modules: Iterable[ModuleInfo],
+        test_roots: Iterable[str] | None = None,
+        test_files: Iterable[str] | None = None,
+    ) -> None:
+        """``test_files`` (when given) says which modules hold tests; else pytest's name patterns
+        under ``test_roots`` (anywhere when ``None``)."""
         self.modules: dict[str, ModuleInfo] = {m.path: m for m in modules}
         self.test_roots = list(test_roots) if test_roots is not None else None
+        self._test_files = set(test_files) if test_files is not None else None
         names = module_names(self.modules)
         self.by_name: dict[str, str] = {}
         # Package-qualified names first, so they win over the path-based fallbacks.
@@ -612,6 +620,10 @@ class ImportGraph:
             found = self.resolve(f"{star}.{ref}")
             if found:
                 return found
+        # A submodule of the module's own package: importing it made it an attribute there.
+        package = module.name if module.is_package else module.name.rpartition(".")[0]
+        if package and f"{package}.{head}" in self.by_name:
+            return self.resolve(f"{package}.{ref}")
         # An absolute dotted string (``"pkg.ops.scale"`` in a patch target).
         return self.resolve(ref) if rest else []
 
@@ -664,8 +676,13 @@ class ImportGraph:
 
     # Queries ---------------------------------------------------------------------------------------
 
+    def is_test_path(self, path: str) -> bool:
+        if self._test_files is not None:
+            return path in self._test_files
+        return is_test_file(path, self.test_roots)
+
     def test_files(self) -> list[str]:
-        return sorted(p for p in self.modules if is_test_file(p, self.test_roots))
+        return sorted(p for p in self.modules if self.is_test_path(p))
 
     def test_symbols(self, path: str) -> list[SymbolKey]:
         module = self.modules.get(path)
@@ -675,7 +692,7 @@ class ImportGraph:
 
     def is_test(self, key: SymbolKey) -> bool:
         module = self.modules.get(key.path)
-        if module is None or not is_test_file(key.path, self.test_roots):
+        if module is None or not self.is_test_path(key.path):
             return False
         sym = module.symbols.get(key.name)
         return sym is not None and _is_test_symbol(sym)
@@ -716,14 +733,18 @@ class ImportGraph:
         return f"{name}.{key.name}"
 
 
-def build_graph(sources: Mapping[str, str], test_roots: Iterable[str] | None = None) -> ImportGraph:
-    """The graph of a set of sources (repository-relative path → text)."""
+def build_graph(
+    sources: Mapping[str, str],
+    test_roots: Iterable[str] | None = None,
+    test_files: Iterable[str] | None = None,
+) -> ImportGraph:
+    """The graph of a set of sources (repository-relative path → text); see :class:`ImportGraph`."""
     names = module_names(sources)
     modules = [
         analyze_module(path, names.get(path, [PurePosixPath(path).stem])[0], text, is_test=_testish(path))
         for path, text in sorted(sources.items())
     ]
-    return ImportGraph(modules, test_roots)
+    return ImportGraph(modules, test_roots, test_files)
 
 
 def _testish(path: str) -> bool:

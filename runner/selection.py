@@ -129,10 +129,13 @@ class _Hit:
 class _Hits:
     """Per test: the strongest signal, how much of the change it covers, and the reasons."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: frozenset[Signal] | None = None) -> None:
         self.by_test: dict[str, _Hit] = {}
+        self.enabled = enabled if enabled is not None else frozenset(Signal)
 
     def add(self, nodeid: str, rank: Signal, reason: str, weight: int = 1) -> None:
+        if rank not in self.enabled:
+            return
         hit = self.by_test.setdefault(nodeid, _Hit(rank=rank))
         hit.rank = min(hit.rank, rank)
         hit.weight += weight
@@ -140,6 +143,8 @@ class _Hits:
             hit.reasons.append((rank, reason))
 
     def add_line(self, nodeid: str, path: str, line: int) -> None:
+        if Signal.LINE not in self.enabled:
+            return
         hit = self.by_test.setdefault(nodeid, _Hit(rank=Signal.LINE))
         hit.rank = min(hit.rank, Signal.LINE)
         hit.weight += 1
@@ -334,9 +339,10 @@ class _Context:
     cmap: CoverageMap | None
     read: SourceReader
     universe: _Universe
-    hits: _Hits = field(default_factory=_Hits)
+    hits: _Hits
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)
+    _line_info: dict[str, LineInfo] = field(default_factory=dict)
 
     def graph(self, side: str) -> ImportGraph:
         """The import graph of base or head, built on first use (it reads every Python file)."""
@@ -345,8 +351,14 @@ class _Context:
             files = python_files(self.change.head_files if side == "head" else self.change.base_files)
             texts = self.read(rev, files)
             sources = {p: t for p, t in texts.items() if t is not None}
-            self._graphs[side] = build_graph(sources, self.settings.paths)
+            self._graphs[side] = build_graph(sources, test_files=self.universe.test_files)
         return self._graphs[side]
+
+    def base_line_info(self, path: str) -> LineInfo:
+        if path not in self._line_info:
+            text = self.read(self.change.base, [path]).get(path)
+            self._line_info[path] = line_info(text or "")
+        return self._line_info[path]
 
     def module_name(self, path: str) -> str:
         if not self._names:
@@ -366,8 +378,13 @@ def select_for_change(
     read: SourceReader,
     coverage_map: CoverageMap | None = None,
     all_tests: list[str] | None = None,
+    signals: frozenset[Signal] | None = None,
 ) -> Selection:
-    """Decide the tests for a change already read from git (see the module docstring)."""
+    """Decide the tests for a change already read from git (see the module docstring).
+
+    ``signals`` limits which signals may select (all by default); the benchmark uses it to
+    measure each one alone.
+    """
     total = len(all_tests) if all_tests is not None else None
     whole = whole_suite_reasons(change.files, settings)
     if whole:
@@ -378,7 +395,7 @@ def select_for_change(
         return read(change.head, [path]).get(path)
 
     universe = _Universe(all_tests, test_files, change.head_files, read_head)
-    ctx = _Context(change, settings, coverage_map, read, universe)
+    ctx = _Context(change, settings, coverage_map, read, universe, _Hits(signals))
     for fc in change.files:
         _select_for_file(ctx, fc, test_files)
     _always_run(ctx)
@@ -479,13 +496,12 @@ def _coverage(ctx: _Context, fc: FileChange) -> None:
             continue  # comment, blank line, docstring; or a statement already looked up
         done.add(stmt[0])
         tests = cmap.tests_at(path, stmt)
-        if tests:
-            for nodeid in tests:
-                if ctx.universe.exists(nodeid):
-                    ctx.hits.add_line(nodeid, fc.path, min(stmt))
-        elif any(cmap.import_time(path, n) for n in stmt):
+        for nodeid in tests:
+            if ctx.universe.exists(nodeid):
+                ctx.hits.add_line(nodeid, fc.path, min(stmt))
+        if any(cmap.import_time(path, n) for n in stmt):
             _import_time(ctx, fc, base_info, min(stmt))
-        else:
+        elif not tests:
             _enclosing_function(ctx, fc, base_info, line, "which this PR changes")
     if fc.head_text is not None:
         _insertions(ctx, fc, base_info, diff)
@@ -535,11 +551,24 @@ def _existing_container(qual: str | None, base_scopes: dict[str, tuple[int, int]
 
 
 def _import_time(ctx: _Context, fc: FileChange, info: LineInfo, line: int) -> None:
-    """A line that ran only while importing: a ``def`` line, a class attribute, a module constant."""
-    if _enclosing_function(ctx, fc, info, line, "whose definition this PR changes"):
-        return
-    if innermost(info.functions, line) or innermost(info.classes, line):
-        return  # a definition no test runs: nothing calls it
+    """A statement that ran while importing: a ``def`` line, a class attribute, a module constant,
+    or the body of a function that module-level code calls (a decorator factory, a table builder).
+
+    A definition goes to the tests that run the function or class. Anything else built at import
+    time reaches every user of the enclosing top-level name, so those users' tests are found
+    through coverage (through the static graph when coverage finds none).
+    """
+    scope = innermost([*info.functions, *info.classes], line)
+    if scope is not None:
+        is_header = info.statement.get(line) == info.statement.get(scope[1])
+        definition = is_header or scope in info.classes
+        if definition and _enclosing_function(ctx, fc, info, line, "whose definition this PR changes"):
+            return
+    _import_users(ctx, fc, line)
+
+
+def _import_users(ctx: _Context, fc: FileChange, line: int) -> None:
+    """Tests of the code that uses the top-level names defined at ``line`` (of the base commit)."""
     graph = ctx.graph("base")
     module = graph.modules.get(fc.base_path)
     if module is None:
@@ -557,7 +586,8 @@ def _users_by_coverage(
 
     The walk goes through aliases and derived constants (``from .ops import FACTOR``,
     ``LIMIT = FACTOR * 2``), which copy the value at import time, and stops at functions and
-    classes: a test affected by the change must run one of them, and coverage says which did.
+    classes that tests run: a test affected by the change must run one of them, and coverage
+    says which did.
     """
     assert ctx.cmap is not None
     before = len(ctx.hits.by_test)
@@ -577,17 +607,45 @@ def _users_by_coverage(
                 continue
             seen.add(user)
             sym = graph.modules[user.path].symbols.get(user.name)
-            if sym is None:
-                continue
+            if sym is None or sym.kind == SymbolKind.BODY:
+                continue  # module-level code calling it: followed through the state it fills, below
             if sym.kind not in (SymbolKind.FUNCTION, SymbolKind.CLASS):
                 queue.append(user)
                 continue
             reason = f"runs `{graph.display(user)}`, which uses `{label}` changed in this PR"
-            for first, last in sym.ranges:
-                tests = ctx.cmap.tests_between(user.path, first, last)
-                found = found or bool(tests)
-                ctx.add_tests(tests, Signal.IMPORT_TIME, reason)
+            tests = {t for first, last in sym.ranges for t in ctx.cmap.tests_between(user.path, first, last)}
+            found = found or bool(tests)
+            ctx.add_tests(tests, Signal.IMPORT_TIME, reason)
+            if not tests or (
+                sym.kind == SymbolKind.FUNCTION and _body_runs_at_import(ctx, user.path, sym.ranges)
+            ):
+                # It runs at import time (a registry filled by module-level code): what it builds
+                # reaches its callers and the readers of the module-level state it may fill.
+                queue.append(user)
+                state = [d for d in graph.deps.get(user, ()) if _is_variable(graph, d) and d not in seen]
+                seen.update(state)
+                queue.extend(state)
     return found
+
+
+def _is_variable(graph: ImportGraph, key: SymbolKey) -> bool:
+    module = graph.modules.get(key.path)
+    sym = module.symbols.get(key.name) if module else None
+    return sym is not None and sym.kind == SymbolKind.VARIABLE
+
+
+def _body_runs_at_import(ctx: _Context, path: str, ranges: list[tuple[int, int]]) -> bool:
+    """Whether module-level code called the function while importing (its body ran then)."""
+    assert ctx.cmap is not None
+    imported = set(ctx.cmap.import_lines.get(path, ()))
+    if not imported:
+        return False
+    info = ctx.base_line_info(path)
+    for first, last in ranges:
+        header = info.statement.get(first)
+        if any(n in imported and info.statement.get(n) not in (None, header) for n in range(first, last + 1)):
+            return True
+    return False
 
 
 # --- Signal: the static import graph ------------------------------------------------------------------
@@ -595,6 +653,8 @@ def _users_by_coverage(
 
 def _static(ctx: _Context, fc: FileChange, *, fallback: bool) -> None:
     """Symbols at the changed lines → tests that use them, resolved through re-exports."""
+    if Signal.STATIC not in ctx.hits.enabled:
+        return
     head_lines: set[int] = set()
     base_lines: set[int] = set()
     if fc.base_text is not None and fc.head_text is not None:
@@ -647,7 +707,7 @@ def _top_names(text: str | None, path: str) -> set[str]:
 
 
 def _reach(ctx: _Context, graph: ImportGraph, changed: list[SymbolKey], rank: Signal, what: str) -> None:
-    if not changed:
+    if not changed or rank not in ctx.hits.enabled:
         return
     for test, reach in graph.tests_reaching(changed).items():
         outside = [k for k in reach.chain if k.path != test.path]
@@ -773,6 +833,7 @@ def select_tests(
     settings: TestSettings,
     coverage_map: CoverageMap | None = None,
     all_tests: list[str] | None = None,
+    signals: frozenset[Signal] | None = None,
 ) -> Selection:
     """The tests a PR (``base``...``head``) can affect, each with the reasons it was chosen.
 
@@ -791,7 +852,7 @@ def select_tests(
         base_sha = coverage_map.commit
     read = _reader(repo)
     change = read_change(repo, base_sha, head_sha, read)
-    selection = select_for_change(change, settings, read, coverage_map, all_tests)
+    selection = select_for_change(change, settings, read, coverage_map, all_tests, signals)
     log.info(
         "tests selected",
         base=base_sha[:12],
