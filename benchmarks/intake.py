@@ -127,11 +127,24 @@ def wait_ready(port: int) -> None:
     raise RuntimeError(f"server on port {port} did not start")
 
 
-def run_wrk(port: int, connections: int, duration: int, env: dict[str, str], script: Path) -> dict[str, float]:
+def run_wrk(
+    port: int, connections: int, duration: int, env: dict[str, str], script: Path
+) -> dict[str, float]:
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script),
-         f"http://127.0.0.1:{port}/webhook"],
-        capture_output=True, text=True, env={**os.environ, **env}, check=True,
+        [
+            "wrk",
+            "-t2",
+            f"-c{connections}",
+            f"-d{duration}s",
+            "--latency",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}/webhook",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
@@ -192,8 +205,10 @@ def main() -> int:
             ratio = results["paritybot"]["rps"] / results["bare"]["rps"]
             for name, r in results.items():
                 shown = f"{ratio:.2f}×" if name == "paritybot" else "1.00×"
-                print(f"| {conns} | {name} | {r['rps']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
-                      f"{r['errors']} | {shown} |")
+                print(
+                    f"| {conns} | {name} | {r['rps']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
+                    f"{r['errors']} | {shown} |"
+                )
         time.sleep(0.5)
         rows = count_logged(db)
         # wrk cuts connections at the end of a run, so a few answered requests may go uncounted by it.

@@ -30,9 +30,10 @@ from bot.worker import WorkerPool
 from handlers.context import HandlerContext
 from handlers.routing import router
 from runner.base import Runner
+from runner.docker import remove_orphans
 from runner.host import HostRunner
 from runner.pipeline import RunnerFactory
-from runner.select_runner import choose_runner
+from runner.select_runner import check_engine, choose_runner
 
 log = structlog.get_logger(__name__)
 
@@ -47,10 +48,26 @@ def runner_factory(mode: str) -> RunnerFactory:
         if mode == "docker" and not environment.image:
             from runner.base import RunnerError
 
-            raise RunnerError(f"environment `{environment.name}` names no image, and this runner only runs containers")
+            raise RunnerError(
+                f"environment `{environment.name}` names no image, and this runner only runs containers"
+            )
         return await choose_runner(environment, run_id)
 
     return make
+
+
+def remove_orphan_containers() -> None:
+    """Containers of runs that died with their process: the runs were requeued, the containers go."""
+    engine, client = check_engine()
+    if client is None:
+        log.info("no container engine to clean up", where=engine.where, error=engine.error)
+        return
+    try:
+        removed = remove_orphans(client)
+    finally:
+        client.close()
+    if removed:
+        log.warning("orphaned containers removed", count=removed)
 
 
 @dataclass
@@ -81,6 +98,8 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     requeued, failed = store.recover(settings.max_attempts)
     if requeued or failed:
         log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    if settings.runner != "host":
+        await asyncio.to_thread(remove_orphan_containers)
     session = aiohttp.ClientSession()
     app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
     locks = PrLocks()
@@ -110,7 +129,9 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
             bot_login=bot_login,
         )
 
-    dispatcher = Dispatcher(store, router, context_for, log_dir=delivery_log.directory, wake=delivery_log.recorded)
+    dispatcher = Dispatcher(
+        store, router, context_for, log_dir=delivery_log.directory, wake=delivery_log.recorded
+    )
     assert settings.webhook_secret is not None
     web_app = create_web_app(settings.webhook_secret.get_secret_value().encode(), delivery_log)
     return Service(settings, store, delivery_log, dispatcher, workers, session, app, web_app)

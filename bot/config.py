@@ -38,9 +38,7 @@ class StepNetwork(_Strict):
 
 class Environment(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
-    image: str | None = Field(
-        None, description="container image CI uses; none = run on the runner's host"
-    )
+    image: str | None = Field(None, description="container image CI uses; none = run on the runner's host")
     gpus: Literal["all", "none"] | int | list[str] = Field(
         "all", description="'all', 'none', a count, or a list of device ids"
     )

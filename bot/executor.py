@@ -56,10 +56,13 @@ class RunExecutor:
         pr = job.pr_number
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
-                job = await asyncio.to_thread(self.store.get_job, job.id) or job
+                fresh = await asyncio.to_thread(self.store.get_job, job.id)
+            job = fresh or job
             await _reported(
                 "start",
-                reporter.update_check_runs(job.repo, job.check_runs, render_in_progress_output(job.environment)),
+                reporter.update_check_runs(
+                    job.repo, job.check_runs, render_in_progress_output(job.environment)
+                ),
                 reporter.refresh_summary(job.repo, pr),
             )
         report = await self._execute(job, cancel, token)
@@ -112,8 +115,14 @@ class RunExecutor:
                 await stop
 
     async def _remember(self, job: Job, report: RunReport) -> None:
-        if job.request.kind == RunKind.BASELINE and report.probe is not None and report.state == RunState.SUCCEEDED:
-            await asyncio.to_thread(self.store.save_baseline, job.repo, job.environment, report.probe.model_dump_json())
+        if (
+            job.request.kind == RunKind.BASELINE
+            and report.probe is not None
+            and report.state == RunState.SUCCEEDED
+        ):
+            await asyncio.to_thread(
+                self.store.save_baseline, job.repo, job.environment, report.probe.model_dump_json()
+            )
         if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
             return
         failed = sorted(

@@ -90,7 +90,9 @@ async def run_local_check(
         trigger="paritybot check",
     )
     root = work_dir or Path(tempfile.mkdtemp(prefix="paritybot-check-"))
-    deps = PipelineDeps(runner_factory=runner_factory, workspace_root=root / "workspaces", cache_root=root / "cache")
+    deps = PipelineDeps(
+        runner_factory=runner_factory, workspace_root=root / "workspaces", cache_root=root / "cache"
+    )
     return await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
 
 

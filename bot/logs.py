@@ -46,9 +46,7 @@ def _redact_processor(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> 
 
 def configure_logging(fmt: str = "json", level: str = "info", stream: Any = None) -> None:
     renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[

@@ -373,6 +373,59 @@ def render_comment(
     return _fit(parts, _COMMENT_LIMIT, assemble, where)
 
 
+class CommentSection(Model):
+    """One environment's part of the PR's summary comment."""
+
+    environment: str
+    stage: Stage
+    report: RunReport | None = None
+    queue_position: int | None = None
+    notice: str | None = None
+
+
+def render_pr_comment(
+    sections: Sequence[CommentSection], *, check_run_url: str | None = None, app_slug: str = "paritybot"
+) -> str:
+    """The PR's one summary comment: one section per environment the PR runs in.
+
+    With one environment it is exactly :func:`render_comment`. With several, each environment gets
+    an equal share of GitHub's size limit and is cut within it, so a huge failure in one
+    environment never hides the others.
+    """
+    if not sections:
+        raise ValueError("a summary needs at least one environment")
+    if len(sections) == 1:
+        s = sections[0]
+        return render_comment(
+            s.report,
+            stage=s.stage,
+            queue_position=s.queue_position,
+            check_run_url=check_run_url,
+            app_slug=app_slug,
+            notice=s.notice,
+        )
+    where = (
+        f"the [check runs]({check_run_url})" if check_run_url else "the paritybot check runs of this commit"
+    )
+    footer = _footer(app_slug)
+    budget = (_COMMENT_LIMIT - len(STICKY_MARKER) - len(footer) - 16) // len(sections)
+    bodies = []
+    for s in sections:
+        if s.stage == Stage.DONE and s.report is None:
+            raise ValueError("a finished run's comment needs its report")
+        head = _comment_head(s.report, s.stage, s.queue_position, check_run_url, s.notice)
+        parts = (
+            _comment_parts(s.report, where) if s.report is not None and s.stage != Stage.CONFIG_ERROR else []
+        )
+        title = f"## Environment `{_esc(s.environment)}`"
+
+        def assemble(rendered: list[str], cut_note: str, head: str = head, title: str = title) -> str:
+            return "\n\n".join(b for b in [title, head, *rendered, cut_note] if b)
+
+        bodies.append(_fit(parts, budget, assemble, where))
+    return "\n\n".join([STICKY_MARKER, *bodies, footer]) + "\n"
+
+
 def _comment_head(
     report: RunReport | None,
     stage: Stage,

@@ -21,10 +21,13 @@ from bot.models import RunReport, RunState
 from bot.report import (
     STICKY_MARKER,
     CheckRunOutput,
+    CommentSection,
     Stage,
+    Verdict,
     annotation_batches,
     needs_new_comment,
     render_comment,
+    render_pr_comment,
     verdict,
 )
 from bot.sqlite_store import SQLiteStore
@@ -52,6 +55,13 @@ def _stage_of(job: Job) -> Stage:
     }.get(job.state, Stage.DONE)
 
 
+_SEVERITY = [Verdict.FAIL, Verdict.ERROR, Verdict.FLAKY_ONLY, Verdict.CANCELLED, Verdict.PASS]
+
+
+def _worst(verdicts: list[Verdict]) -> Verdict:
+    return min(verdicts, key=_SEVERITY.index)
+
+
 class GitHubReporter:
     def __init__(self, gh: GitHubAPI, store: SQLiteStore, locks: PrLocks, bot_login: str):
         self.gh = gh
@@ -62,39 +72,29 @@ class GitHubReporter:
 
     # --- check runs ------------------------------------------------------------------------------
 
-    async def create_check_runs(self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput]) -> dict[str, int]:
+    async def create_check_runs(
+        self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput]
+    ) -> dict[str, int]:
         ids: dict[str, int] = {}
         for out in outputs:
             batches = annotation_batches(out.annotations)
-            body = self._check_body(out, batches[0] if batches else [])
-            body |= {"name": out.name, "head_sha": head_sha}
+            body = out.request_body(batches[0] if batches else None) | {"head_sha": head_sha}
             created = await self.gh.post(f"/repos/{repo}/check-runs", data=body)
             ids[out.kind.value] = int(created["id"])
             await self._more_annotations(repo, ids[out.kind.value], out, batches[1:])
         return ids
 
-    async def update_check_runs(self, repo: str, ids: dict[str, int], outputs: Sequence[CheckRunOutput]) -> None:
+    async def update_check_runs(
+        self, repo: str, ids: dict[str, int], outputs: Sequence[CheckRunOutput]
+    ) -> None:
         for out in outputs:
             check_id = ids.get(out.kind.value)
             if check_id is None:
                 continue
             batches = annotation_batches(out.annotations)
-            await self.gh.patch(
-                f"/repos/{repo}/check-runs/{check_id}", data=self._check_body(out, batches[0] if batches else [])
-            )
+            body = out.request_body(batches[0] if batches else None)
+            await self.gh.patch(f"/repos/{repo}/check-runs/{check_id}", data=body)
             await self._more_annotations(repo, check_id, out, batches[1:])
-
-    @staticmethod
-    def _check_body(out: CheckRunOutput, annotations: list[dict[str, Any]]) -> dict[str, Any]:
-        output: dict[str, Any] = {"title": out.title, "summary": out.summary}
-        if out.text:
-            output["text"] = out.text
-        if annotations:
-            output["annotations"] = annotations
-        body: dict[str, Any] = {"status": out.status, "output": output}
-        if out.status == "completed":
-            body["conclusion"] = out.conclusion
-        return body
 
     async def _more_annotations(
         self, repo: str, check_id: int, out: CheckRunOutput, batches: list[list[dict[str, Any]]]
@@ -124,26 +124,46 @@ class GitHubReporter:
     def _summary_body(
         self, repo: str, pr_number: int, override: tuple[Stage, str] | None
     ) -> tuple[str | None, str | None]:
+        """The comment for the PR's newest commit: one section per environment it runs in."""
         if override is not None:
             stage, notice = override
             return render_comment(None, stage=stage, notice=notice, app_slug=self.app_slug), None
         jobs = self.store.jobs_for_pr(repo, pr_number)
         if not jobs:
             return None, None
-        latest = jobs[-1]
-        stage = _stage_of(latest)
-        report = self.store.report(latest.id)
+        head = jobs[-1].head_sha
+        latest: dict[str, Job] = {}
+        for job in jobs:
+            if job.head_sha == head:
+                latest[job.environment] = job  # jobs come oldest first: the last one wins
+        sections = [self._section(job, jobs) for job in latest.values()]
+        body = render_pr_comment(sections, app_slug=self.app_slug)
+        verdicts = [verdict(s.report) for s in sections if s.report is not None and s.stage == Stage.DONE]
+        if len(verdicts) < len(sections):
+            return body, None  # not every environment has finished: no verdict to notify about
+        return body, _worst(verdicts).value
+
+    def _section(self, job: Job, jobs: list[Job]) -> CommentSection:
+        stage = _stage_of(job)
+        report = self.store.report(job.id)
         if report is None and stage in (Stage.QUEUED, Stage.RUNNING):
             # While waiting, show the last finished run of this environment: still worth reading.
-            finished = [j for j in jobs[:-1] if j.environment == latest.environment and j.state == RunState.SUCCEEDED]
-            report = self.store.report(finished[-1].id) if finished else None
-        position = self.store.queue_position(latest.id) if stage == Stage.QUEUED else None
-        notice = None
+            done = [j for j in jobs if j.environment == job.environment and j.state == RunState.SUCCEEDED]
+            report = self.store.report(done[-1].id) if done else None
         if stage == Stage.DONE and report is None:
-            notice = f"The run failed before producing results: {latest.error or 'unknown error'}"
-        body = render_comment(report, stage=stage, queue_position=position, app_slug=self.app_slug, notice=notice)
-        current = verdict(report).value if (report is not None and stage == Stage.DONE) else None
-        return body, current
+            report = RunReport(
+                run_id=job.id,
+                repo=job.repo,
+                pr_number=job.pr_number,
+                head_sha=job.head_sha,
+                environment=job.environment,
+                state=job.state,
+                error=job.error or "the run ended without results",
+            )
+        position = self.store.queue_position(job.id) if stage == Stage.QUEUED else None
+        return CommentSection(
+            environment=job.environment, stage=stage, report=report, queue_position=position
+        )
 
     async def _upsert(self, repo: str, pr_number: int, body: str, current_verdict: str | None) -> int:
         state = await asyncio.to_thread(self.store.pull_state, repo, pr_number)
@@ -152,8 +172,6 @@ class GitHubReporter:
             state.comment_id = await self._find_comment(repo, pr_number)
         fresh = False
         if current_verdict is not None:
-            from bot.report import Verdict
-
             previous = Verdict(state.last_verdict) if state.last_verdict else None
             fresh = state.comment_id is not None and needs_new_comment(previous, Verdict(current_verdict))
             state.last_verdict = current_verdict

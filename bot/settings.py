@@ -7,7 +7,7 @@ settings live in ``.github/paritybot.yml`` (see :mod:`bot.config`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -80,14 +80,14 @@ class Settings(BaseSettings):
         try:
             return self.private_key_path.read_text()
         except OSError as exc:
-            raise SettingsError(f"PARITYBOT_PRIVATE_KEY_PATH: cannot read {self.private_key_path}: {exc.strerror}")
+            raise SettingsError(
+                f"PARITYBOT_PRIVATE_KEY_PATH: cannot read {self.private_key_path}: {exc.strerror}"
+            ) from None
 
     def require_serving(self) -> None:
         """`serve` fails closed: no secret, no App credentials → no service."""
         if self.webhook_secret is None or not self.webhook_secret.get_secret_value():
-            raise SettingsError(
-                "PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks"
-            )
+            raise SettingsError("PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks")
         if self.app_id is None:
             raise SettingsError("PARITYBOT_APP_ID: not set")
         key = self.private_key_text()
@@ -96,14 +96,14 @@ class Settings(BaseSettings):
         self.sqlite_path  # noqa: B018 - raises for unsupported database URLs
 
 
-def load_settings(env_file: Path | None = None, **overrides: object) -> Settings:
+def load_settings(env_file: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings, turning pydantic's errors into one line that names the variable."""
     try:
         if env_file is not None:
             if not env_file.is_file():
                 raise SettingsError(f"settings file {env_file}: not found")
-            return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
-        return Settings(**overrides)  # type: ignore[arg-type]
+            return Settings(_env_file=env_file, **overrides)
+        return Settings(**overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = "_".join(str(p) for p in err["loc"]).upper()

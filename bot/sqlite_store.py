@@ -329,11 +329,16 @@ class SQLiteStore:
         return requeued, failed
 
     def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
-        rows = self._query("SELECT * FROM jobs WHERE repo = ? AND pr_number = ? ORDER BY seq", (repo, pr_number))
+        rows = self._query(
+            "SELECT * FROM jobs WHERE repo = ? AND pr_number = ? ORDER BY seq", (repo, pr_number)
+        )
         return [self._job(r) for r in rows]
 
     def jobs_in_state(self, state: RunState) -> list[Job]:
-        return [self._job(r) for r in self._query("SELECT * FROM jobs WHERE state = ? ORDER BY seq", (state.value,))]
+        return [
+            self._job(r)
+            for r in self._query("SELECT * FROM jobs WHERE state = ? ORDER BY seq", (state.value,))
+        ]
 
     def report(self, job_id: str) -> RunReport | None:
         rows = self._query("SELECT report FROM jobs WHERE id = ?", (job_id,))

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from bot.store import Job
 from bot.sqlite_store import SQLiteStore
+from bot.store import Job
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +49,9 @@ class WorkerPool:
         self._wake.set()
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop(i), name=f"worker-{i}") for i in range(self._concurrency)]
+        self._tasks = [
+            asyncio.create_task(self._loop(i), name=f"worker-{i}") for i in range(self._concurrency)
+        ]
 
     async def stop(self) -> None:
         """Stop taking jobs and abandon the running ones; they stay `running` for recovery."""

@@ -14,7 +14,10 @@ router = routing.Router()
 @router.register("check_run", action="rerequested")
 async def rerun_requested(event: sansio.Event, ctx: HandlerContext) -> None:
     check = event.data["check_run"]
-    if ctx.gh is None or (check.get("app") or {}).get("slug") not in (None, ctx.bot_login.removesuffix("[bot]")):
+    if ctx.gh is None or (check.get("app") or {}).get("slug") not in (
+        None,
+        ctx.bot_login.removesuffix("[bot]"),
+    ):
         return
     repo = event.data["repository"]["full_name"]
     numbers = [p["number"] for p in check.get("pull_requests") or []]

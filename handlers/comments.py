@@ -13,6 +13,7 @@ import hashlib
 import structlog
 from gidgethub import routing, sansio
 
+from bot.github_queries import lookup_user_facts
 from bot.models import RunScope
 from handlers.commands import is_new_command, parse_comment, reply_for_errors, usage_text
 from handlers.context import HandlerContext
@@ -23,7 +24,6 @@ from handlers.trust import (
     needs_lookup,
     pr_facts_from_payload,
 )
-from bot.github_queries import lookup_user_facts
 
 router = routing.Router()
 log = structlog.get_logger(__name__)
@@ -37,7 +37,9 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     if "pull_request" not in issue or ctx.gh is None or ctx.reporter is None:
         return
     body = comment.get("body") or ""
-    old_body = ((data.get("changes") or {}).get("body") or {}).get("from") if data["action"] == "edited" else None
+    old_body = (
+        ((data.get("changes") or {}).get("body") or {}).get("from") if data["action"] == "edited" else None
+    )
     if not is_new_command(old_body, body):
         return
     commenter = commenter_from_payload(comment, data.get("sender"))
@@ -64,14 +66,20 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         return
     pr = pr_facts_from_payload(pull)
     facts = await lookup_user_facts(
-        ctx.gh, repo, needs_lookup(config.trust, commenter.login, commenter.association, is_bot=commenter.is_bot)
+        ctx.gh,
+        repo,
+        needs_lookup(config.trust, commenter.login, commenter.association, is_bot=commenter.is_bot),
     )
     author_facts = None
     if commenter.login.lower() != pr.author_login.lower():
         author_facts = await lookup_user_facts(
-            ctx.gh, repo, needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot)
+            ctx.gh,
+            repo,
+            needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot),
         )
-    decision = decide_comment(config.trust, pr, commenter, await approvals_of(ctx, repo, number), facts, author_facts)
+    decision = decide_comment(
+        config.trust, pr, commenter, await approvals_of(ctx, repo, number), facts, author_facts
+    )
     if decision.ignored:
         return
     if not decision.run:
@@ -79,7 +87,9 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         return
     if decision.approve_sha:
         await asyncio.to_thread(ctx.store.add_approval, repo, number, decision.approve_sha, commenter.login)
-    request = request_from_pr(pull, ctx.installation_id, scope=command.scope, trigger=f"/retest-gpu by @{commenter.login}")
+    request = request_from_pr(
+        pull, ctx.installation_id, scope=command.scope, trigger=f"/retest-gpu by @{commenter.login}"
+    )
     request.comment_id = comment_id
     if command.scope == RunScope.FAILED:
         state = await asyncio.to_thread(ctx.store.pull_state, repo, number)
@@ -92,5 +102,11 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
             return
         request.only_tests = failed
     await ctx.reporter.react(repo, comment_id, "eyes")
-    jobs = await start_runs(ctx, request, config, trigger_key=f"comment-{comment_id}-{hashlib.sha256(body.encode()).hexdigest()[:12]}", explicit_envs=command.envs)
+    jobs = await start_runs(
+        ctx,
+        request,
+        config,
+        trigger_key=f"comment-{comment_id}-{hashlib.sha256(body.encode()).hexdigest()[:12]}",
+        explicit_envs=command.envs,
+    )
     log.info("retest requested", scope=command.scope.value, runs=len(jobs))

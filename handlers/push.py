@@ -20,7 +20,12 @@ async def default_branch_pushed(event: sansio.Event, ctx: HandlerContext) -> Non
     data = event.data
     repo = data["repository"]
     default = repo.get("default_branch")
-    if ctx.gh is None or data.get("deleted") or data.get("ref") != f"refs/heads/{default}" or not data.get("after"):
+    if (
+        ctx.gh is None
+        or data.get("deleted")
+        or data.get("ref") != f"refs/heads/{default}"
+        or not data.get("after")
+    ):
         return
     config = await load_config(ctx, repo["full_name"], None, data["after"])
     if config is None:

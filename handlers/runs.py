@@ -24,7 +24,11 @@ log = structlog.get_logger(__name__)
 
 
 def request_from_pr(
-    pull: dict[str, Any], installation_id: int | None, *, scope: RunScope = RunScope.SELECTED, trigger: str = ""
+    pull: dict[str, Any],
+    installation_id: int | None,
+    *,
+    scope: RunScope = RunScope.SELECTED,
+    trigger: str = "",
 ) -> RunRequest:
     """The run request for a PR payload (from a webhook or from GET /pulls/N)."""
     base_repo = pull["base"]["repo"]
@@ -81,9 +85,7 @@ async def start_runs(
     return await ctx.scheduler.schedule(ctx.reporter, request, config, choice.environments, trigger_key)
 
 
-async def gate_untrusted(
-    ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts
-) -> bool:
+async def gate_untrusted(ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts) -> bool:
     """True when the PR may run now; otherwise the summary says a maintainer must approve."""
     assert ctx.gh is not None and request.pr_number is not None
     approvals = await approvals_of(ctx, request.repo, request.pr_number)
@@ -97,5 +99,7 @@ async def gate_untrusted(
     await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
     if ctx.reporter is not None:
         note = untrusted_pr_note(config.trust, pr, approvals)
-        await ctx.reporter.refresh_summary(request.repo, request.pr_number, override=(Stage.AWAITING_APPROVAL, note))
+        await ctx.reporter.refresh_summary(
+            request.repo, request.pr_number, override=(Stage.AWAITING_APPROVAL, note)
+        )
     return False

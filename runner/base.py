@@ -75,6 +75,9 @@ class RunnerInfo(BaseModel):
     image_ref: str | None = Field(None, description="how a repro command names the image")
     gpus: str | None = Field(None, description="the --gpus value a repro command needs")
     env: dict[str, str] = Field(default_factory=dict)
+    precommit_cache: str | None = Field(
+        None, description="where hook environments persist across runs, as the steps see the path"
+    )
 
 
 class Runner(Protocol):

@@ -351,6 +351,7 @@ class DockerRunner:
             image=environment.image,
             gpus=gpus_flag(environment.gpus),
             env=dict(environment.env),
+            precommit_cache=f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}" if cache_volumes else None,
         )
         self._image_id: str | None = None
         self._uid_gid: tuple[int, int] | None = None

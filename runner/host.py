@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +23,11 @@ log = structlog.get_logger(__name__)
 
 class HostRunner:
     def __init__(self, reason: str = "", env: dict[str, str] | None = None, output_limit: int = 200_000):
-        self._info = RunnerInfo(kind="host", reason=reason, env=dict(env or {}))
+        env = dict(env or {})
+        # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
+        # paritybot, even when its virtual environment is not activated.
+        env.setdefault("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        self._info = RunnerInfo(kind="host", reason=reason, env=env)
         self._proc: asyncio.subprocess.Process | None = None
         self._cancelled = False
         self._output_limit = output_limit

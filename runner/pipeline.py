@@ -27,8 +27,8 @@ from bot.models import (
     RunRequest,
     RunScope,
     RunState,
-    Selection,
     SelectedTest,
+    Selection,
     TestOutcome,
     TestsResult,
 )
@@ -67,7 +67,14 @@ class Cancelled(Exception):
 class Pipeline:
     """Runs one request in one environment. ``cancel()`` may be called from another task."""
 
-    def __init__(self, request: RunRequest, config: RepoConfig, environment: Environment, run_id: str, deps: PipelineDeps):
+    def __init__(
+        self,
+        request: RunRequest,
+        config: RepoConfig,
+        environment: Environment,
+        run_id: str,
+        deps: PipelineDeps,
+    ):
         self.request = request
         self.config = config
         self.environment = environment
@@ -114,7 +121,11 @@ class Pipeline:
             await self._runner.prepare()
             info = self._runner.info
             report.runner, report.runner_reason = info.kind, info.reason
-            report.image, report.image_digest, report.image_ref = info.image, info.image_digest, info.image_ref
+            report.image, report.image_digest, report.image_ref = (
+                info.image,
+                info.image_digest,
+                info.image_ref,
+            )
             if req.kind == RunKind.BASELINE:
                 await self._baseline(report, workspace)
             else:
@@ -148,10 +159,19 @@ class Pipeline:
         base = ws.base_sha
         if cfg.checks.precommit and base:
             report.precommit = await run_precommit(
-                self._runner, ws.path, base, ws.head_sha, env.name, step_timeout, env.network.precommit
+                self._runner,
+                ws.path,
+                base,
+                ws.head_sha,
+                env.name,
+                step_timeout,
+                env.network.precommit,
+                cache_root=self._runner.info.precommit_cache,
             )
         elif cfg.checks.precommit:
-            report.precommit = PrecommitResult(status=CheckStatus.ERROR, message="no base commit to diff against")
+            report.precommit = PrecommitResult(
+                status=CheckStatus.ERROR, message="no base commit to diff against"
+            )
         else:
             report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
         self._check_cancelled()
@@ -169,7 +189,9 @@ class Pipeline:
                 cfg.rfc, changed, self.request.labels, self.request.pr_body, api_changes, new_deps
             )
         self._check_cancelled()
-        report.tests = await self._tests(report, ws) if cfg.checks.tests else TestsResult(status=CheckStatus.DISABLED)
+        report.tests = (
+            await self._tests(report, ws) if cfg.checks.tests else TestsResult(status=CheckStatus.DISABLED)
+        )
         report.parity = build_parity(
             self._reference(),
             report.probe,
@@ -190,7 +212,9 @@ class Pipeline:
     def _select(self, ws: Workspace) -> Selection:
         req = self.request
         if req.scope == RunScope.ALL:
-            return Selection(whole_suite=True, whole_suite_reasons=["`/retest-gpu all` asked for the whole suite"])
+            return Selection(
+                whole_suite=True, whole_suite_reasons=["`/retest-gpu all` asked for the whole suite"]
+            )
         if req.scope == RunScope.FAILED:
             return Selection(
                 tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
@@ -208,7 +232,9 @@ class Pipeline:
             selection = await asyncio.to_thread(self._select, ws)
         if not selection.whole_suite and not selection.tests:
             return TestsResult(
-                status=CheckStatus.PASSED, selection=selection, message="no test can be affected by this change"
+                status=CheckStatus.PASSED,
+                selection=selection,
+                message="no test can be affected by this change",
             )
         setup = await self._setup(ws)
         if setup is not None:
@@ -239,7 +265,9 @@ class Pipeline:
             )
         except TestRunError as exc:
             self._check_cancelled()
-            return TestsResult(status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output)
+            return TestsResult(
+                status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
+            )
         self._check_cancelled()
         bad = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
         status = CheckStatus.FAILED if bad else CheckStatus.PASSED

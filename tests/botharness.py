@@ -8,6 +8,7 @@ real payloads over HTTP and read the results from the fake GitHub.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -79,7 +80,7 @@ class BotHarness:
 
     async def start(self) -> None:
         self.service = await build_service(self.settings(), runner=self.runner)
-        self.service.workers._poll = 0.1  # noqa: SLF001 - tests need not wait a second per poll
+        self.service.workers._poll = 0.1
         await start_service(self.service)
         self.server = TestServer(self.service.web_app)
         await self.server.start_server()
@@ -136,7 +137,9 @@ class BotHarness:
         assert self.service is not None
         return self.service.store
 
-    async def wait_for(self, what: str, predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 120) -> None:
+    async def wait_for(
+        self, what: str, predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 120
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             result = predicate()
@@ -170,8 +173,20 @@ class BotHarness:
         """A new commit pushed to the remote's feature branch (a PR `synchronize`)."""
         repo = self.sample.path
         (repo / path).write_text(text)
-        env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
-        run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True, env={**__import__("os").environ, **env}).stdout.strip()  # noqa: E731
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "a",
+            "GIT_AUTHOR_EMAIL": "a@b",
+            "GIT_COMMITTER_NAME": "a",
+            "GIT_COMMITTER_EMAIL": "a@b",
+        }
+
+        def run(*args: str) -> str:
+            done = subprocess.run(
+                ["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env
+            )
+            return done.stdout.strip()
+
         run("add", path)
         run("commit", "-qm", message)
         run("push", "-q", str(self.tmp / "remote.git"), "HEAD:feature")

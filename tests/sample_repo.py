@@ -1,85 +1,26 @@
-"""Builds a real git repository from ``tests/sample_project/tree`` with a base and a head commit.
-
-The head commit (on branch ``feature``) is what a pull request would bring: it breaks exactly one
-test, adds a ``print(`` call and trailing whitespace in ``src/`` and an undocumented public function.
-See ``tests/sample_project/README.md``.
-"""
+"""The sample repository the checks are tested on: the built-in demo project (:mod:`bot.demo`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-TREE = Path(__file__).parent / "sample_project" / "tree"
+from bot.demo import BROKEN_TEST, FLAKY_TEST, SUITE_SIZE, TREE, commit_all, git
+from bot.demo import DemoRepo as SampleRepo
+from bot.demo import make_demo_repo as make_sample_repo
 
-BROKEN_TEST = "tests/test_stats.py::TestMean::test_mean_of_halves"
-FLAKY_TEST = "tests/test_flaky.py::test_eventually_passes"
-SUITE_SIZE = 18
-
-# The head commit's change to src/calc/stats.py. The trailing spaces after `print(ordered)` are
-# deliberate: the sample's trailing-whitespace hook must find them.
-_HEAD_BUG = ("    return sum(values) / len(values)\n", "    return sum(values) // len(values)\n")
-_HEAD_ADDITION = (
-    "\n\n"
-    "def median(values):\n"
-    "    ordered = sorted(values)\n"
-    "    print(ordered)   \n"
-    "    return ordered[len(ordered) // 2]\n"
-)
-
-# Fixed identity and dates: the same tree always gives the same commit ids.
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Sample Author",
-    "GIT_AUTHOR_EMAIL": "author@example.com",
-    "GIT_COMMITTER_NAME": "Sample Author",
-    "GIT_COMMITTER_EMAIL": "author@example.com",
-    "GIT_AUTHOR_DATE": "2024-01-01T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2024-01-01T12:00:00+00:00",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-@dataclass(frozen=True)
-class SampleRepo:
-    path: Path
-    base_sha: str
-    head_sha: str
-    base_ref: str = "main"
-    head_ref: str = "feature"
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in ``repo`` with a fixed identity; return its stripped stdout."""
-    env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
-
-
-def commit_all(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
-def make_sample_repo(tmp_path: Path, name: str = "sample") -> SampleRepo:
-    """Create ``tmp_path/name``: base commit on ``main``, head commit on ``feature`` (checked out)."""
-    path = tmp_path / name
-    shutil.copytree(TREE, path, ignore=shutil.ignore_patterns("__pycache__", ".flaky_attempted"))
-    git(path, "init", "-q", "-b", "main")
-    base_sha = commit_all(path, "Base: calculator with tests")
-    git(path, "checkout", "-q", "-b", "feature")
-    stats = path / "src" / "calc" / "stats.py"
-    text = stats.read_text()
-    if _HEAD_BUG[0] not in text:
-        raise RuntimeError(f"{stats} no longer contains the line the head commit changes")
-    stats.write_text(text.replace(*_HEAD_BUG) + _HEAD_ADDITION)
-    head_sha = commit_all(path, "Head: add median, use integer division")
-    return SampleRepo(path=path, base_sha=base_sha, head_sha=head_sha)
+__all__ = [
+    "BROKEN_TEST",
+    "FLAKY_TEST",
+    "SUITE_SIZE",
+    "TREE",
+    "SampleRepo",
+    "commit_all",
+    "git",
+    "make_sample_repo",
+    "tool_env",
+]
 
 
 def tool_env() -> dict[str, str]:

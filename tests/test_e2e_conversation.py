@@ -29,7 +29,9 @@ async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarne
         await harness.stop()
 
 
-async def comment(bot: BotHarness, body: str, *, user: str = "maintainer", association: str = "MEMBER") -> int:
+async def comment(
+    bot: BotHarness, body: str, *, user: str = "maintainer", association: str = "MEMBER"
+) -> int:
     """Post a comment as a user on the fake, then deliver GitHub's webhook for it."""
     posted = bot.fake.add_comment(REPO, 7, body, user=user, author_association=association)
     payload = payloads.issue_comment_event(
@@ -49,7 +51,9 @@ async def comment(bot: BotHarness, body: str, *, user: str = "maintainer", assoc
 
 
 async def handled(bot: BotHarness, count: int) -> None:
-    await bot.wait_for(f"{count} deliveries handled", lambda: bot.store.delivery_status_count("dispatched") >= count)
+    await bot.wait_for(
+        f"{count} deliveries handled", lambda: bot.store.delivery_status_count("dispatched") >= count
+    )
 
 
 def reactions(bot: BotHarness, comment_id: int) -> list[str]:
@@ -116,7 +120,9 @@ async def test_bots_own_comment_is_ignored(bot: BotHarness) -> None:
     assert bot.fake.calls_to("POST", f"/repos/{REPO}/issues/comments/{{comment_id}}/reactions") == []
 
 
-def untrusted_fork_event(bot: BotHarness, action: str = "opened", head_sha: str | None = None) -> dict[str, Any]:
+def untrusted_fork_event(
+    bot: BotHarness, action: str = "opened", head_sha: str | None = None
+) -> dict[str, Any]:
     return bot.pr_event(
         action,
         author="stranger",
@@ -128,8 +134,12 @@ def untrusted_fork_event(bot: BotHarness, action: str = "opened", head_sha: str 
 
 
 async def test_untrusted_fork_pr_waits_for_approval_of_that_sha(bot: BotHarness) -> None:
-    bot.seed_pull(bot.sample.head_sha, author="stranger", author_association="FIRST_TIME_CONTRIBUTOR",
-                  head_repo="stranger/calc")
+    bot.seed_pull(
+        bot.sample.head_sha,
+        author="stranger",
+        author_association="FIRST_TIME_CONTRIBUTOR",
+        head_repo="stranger/calc",
+    )
     assert await bot.send("pull_request", untrusted_fork_event(bot)) == 202
     await handled(bot, 1)
     assert bot.store.jobs_for_pr(REPO, 7) == []
@@ -149,7 +159,9 @@ async def test_untrusted_fork_pr_waits_for_approval_of_that_sha(bot: BotHarness)
 
     # A new push by the untrusted author needs a new approval: no run.
     new_sha = bot.commit_on_feature("README.md", "more\n", "docs")
-    bot.seed_pull(new_sha, author="stranger", author_association="FIRST_TIME_CONTRIBUTOR", head_repo="stranger/calc")
+    bot.seed_pull(
+        new_sha, author="stranger", author_association="FIRST_TIME_CONTRIBUTOR", head_repo="stranger/calc"
+    )
     assert await bot.send("pull_request", untrusted_fork_event(bot, "synchronize", new_sha)) == 202
     await handled(bot, 4)
     assert [j.head_sha for j in bot.store.jobs_for_pr(REPO, 7)] == [bot.sample.head_sha]
@@ -170,12 +182,14 @@ async def test_push_during_a_run_cancels_it(fake_github: FakeGitHub, tmp_path: P
 
     bot = await BotHarness.create(fake_github, tmp_path, runner=gated_once)
     try:
-        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]  # noqa: SLF001
+        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
         await asyncio.wait_for(started.wait(), 60)
         new_sha = bot.commit_on_feature("README.md", "pushed\n", "docs")
         assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha)) == 202
-        await bot.wait_for("the old run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested)
+        await bot.wait_for(
+            "the old run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
+        )
         gate.set()
         await bot.wait_runs_done(count=2)
         old, new = bot.store.jobs_for_pr(REPO, 7)
@@ -197,11 +211,13 @@ async def test_closing_the_pr_cancels_queued_runs(fake_github: FakeGitHub, tmp_p
 
     bot = await BotHarness.create(fake_github, tmp_path, runner=gated)
     try:
-        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]  # noqa: SLF001
+        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
         await asyncio.wait_for(started.wait(), 60)
         assert await bot.send("pull_request", bot.pr_event("closed")) == 202
-        await bot.wait_for("the run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested)
+        await bot.wait_for(
+            "the run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
+        )
         gate.set()
         await bot.wait_runs_done()
         [job] = bot.store.jobs_for_pr(REPO, 7)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what the test suite needs and run it, on a fresh Debian/Ubuntu machine (as root or with sudo).
+#
+#   bash scripts/test.sh [pytest args...]
+#
+# The container-runner tests need a real Docker engine: this script starts a private one
+# (scripts/docker-engine.sh), builds the test image from nothing (scripts/build-test-image.sh, no
+# registry needed), runs pytest, and stops the engine it started. With CI set, tests that need the
+# engine fail rather than skip when it is unreachable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+need=()
+for tool in git:git dockerd:docker.io debootstrap:debootstrap; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+engine_started=0
+if ! scripts/docker-engine.sh status >/dev/null 2>&1; then
+    scripts/docker-engine.sh start
+    engine_started=1
+fi
+stop_engine() { [ "$engine_started" -eq 0 ] || scripts/docker-engine.sh stop; }
+trap stop_engine EXIT
+eval "$(scripts/docker-engine.sh env)"
+scripts/build-test-image.sh
+
+# pytest exits 5 when it collected no test: that fails here like any other non-zero exit.
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
