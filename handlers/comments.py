@@ -17,6 +17,7 @@ from bot.github_queries import lookup_user_facts
 from bot.models import RunScope
 from handlers.commands import is_new_command, parse_comment, reply_for_errors, usage_text
 from handlers.context import HandlerContext
+from handlers.environments import choose_environments
 from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
 from handlers.trust import (
     commenter_from_payload,
@@ -84,6 +85,12 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         return
     if not decision.run:
         await ctx.reporter.reply(repo, number, decision.reason)
+        return
+    labels = [label["name"] for label in pull.get("labels") or []]
+    choice = choose_environments(config, pull["base"]["ref"], labels, command.envs)
+    if choice.errors:
+        await ctx.reporter.react(repo, comment_id, "confused")
+        await ctx.reporter.reply(repo, number, "\n".join(choice.errors))
         return
     if decision.approve_sha:
         await asyncio.to_thread(ctx.store.add_approval, repo, number, decision.approve_sha, commenter.login)
