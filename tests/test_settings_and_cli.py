@@ -14,7 +14,9 @@ from bot.settings import Settings, SettingsError, load_settings
 CLI = [sys.executable, "-m", "bot.cli"]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     import os
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("PARITYBOT_")}
@@ -24,7 +26,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
 def test_serve_refuses_to_start_without_a_webhook_secret() -> None:
     done = run_cli("serve")
     assert done.returncode == 2
-    assert done.stderr.strip() == "paritybot: PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks"
+    assert (
+        done.stderr.strip()
+        == "paritybot: PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks"
+    )
 
 
 def test_a_bad_setting_is_one_line_naming_it() -> None:

@@ -1,0 +1,74 @@
+"""App authentication against the fake GitHub, and what the logs may and may not show."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+
+import aiohttp
+import payloads
+import structlog
+from aiohttp.test_utils import TestServer
+from fakegithub import FakeGitHub
+
+from bot.delivery_log import DeliveryLog
+from bot.github import GitHubApp
+from bot.intake import MAX_BODY_BYTES
+from bot.logs import configure_logging, register_secret
+from bot.web import create_web_app
+
+TOKEN_PATH = "/app/installations/{installation_id}/access_tokens"
+
+
+async def test_installation_token_is_cached_until_shortly_before_it_expires(fake_github: FakeGitHub) -> None:
+    fake_github.add_repo("octo-org/calc", installation_id=1)
+    async with aiohttp.ClientSession() as session:
+        app = GitHubApp(session, fake_github.app_id, fake_github.private_key_pem, fake_github.url)
+        first = await app.installation_token(1)
+        assert await app.installation_token(1) == first
+        assert len(fake_github.calls_to("POST", TOKEN_PATH)) == 1
+        assert await app.bot_login() == "paritybot[bot]"
+
+        fake_github.token_ttl = timedelta(minutes=4)  # inside the 5-minute refresh margin
+        app._tokens.clear()
+        await app.installation_token(1)
+        await app.installation_token(1)
+        assert len(fake_github.calls_to("POST", TOKEN_PATH)) == 3  # each call had to refresh it
+
+
+def test_json_logs_carry_bound_context_and_never_a_token() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    register_secret("s3cr3t-webhook-value")
+    token = "ghs_" + "A" * 36
+    structlog.contextvars.bind_contextvars(delivery_id="d-1", repo="o/r", pr=7, run_id="r-1")
+    try:
+        structlog.get_logger("test").info(
+            "cloning", url=f"https://x-access-token:{token}@github.com/o/r", secret="s3cr3t-webhook-value"
+        )
+    finally:
+        structlog.contextvars.clear_contextvars()
+    line = json.loads(out.getvalue().strip())
+    assert (
+        line["delivery_id"] == "d-1" and line["repo"] == "o/r" and line["pr"] == 7 and line["run_id"] == "r-1"
+    )
+    assert token not in out.getvalue() and "s3cr3t-webhook-value" not in out.getvalue()
+
+
+async def test_a_body_over_25_mib_gets_413(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = DeliveryLog(tmp_path / "log")
+    log.start()
+    server = TestServer(create_web_app(b"secret", log))
+    await server.start_server()
+    try:
+        body = b"{" + b" " * MAX_BODY_BYTES + b"}"
+        headers = payloads.webhook_headers("push", body, "secret")
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.make_url("/webhook"), data=body, headers=headers) as resp:
+                assert resp.status == 413
+            async with session.get(server.make_url("/healthz")) as resp:
+                assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
+    finally:
+        await server.close()
+        await log.stop()
