@@ -14,7 +14,7 @@ import structlog
 from bot.config import ConfigError, RepoConfig
 from bot.github_queries import fetch_repo_config, lookup_user_facts
 from bot.models import RunRequest, RunScope
-from bot.report import Stage
+from bot.report import Stage, render_awaiting_approval_output
 from bot.store import Job
 from handlers.context import HandlerContext
 from handlers.environments import choose_environments

@@ -34,7 +34,7 @@ from bot.models import (
 )
 from handlers.rfc import collect_rfc_inputs, evaluate_rfc
 from runner.base import Runner, RunnerError
-from runner.coverage_map import CoverageMapStore, coverage_step, parse_coverage_db
+from runner.coverage_map import CoverageMapError, CoverageMapStore, coverage_map_from_step, coverage_step
 from runner.docstrings import check_docstrings
 from runner.parity import build_parity, reference_from_config
 from runner.precommit import run_precommit
@@ -220,7 +220,7 @@ class Pipeline:
                 tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
             )
         assert ws.base_sha is not None
-        store = CoverageMapStore(self.deps.cache_root / "coverage" / _safe(req.repo))
+        store = CoverageMapStore(self._coverage_dir())
         cov = store.load(ws.base_sha) if self.config.tests.use_coverage_map else None
         return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, cov)
 
@@ -295,6 +295,9 @@ class Pipeline:
 
     # --- the default branch: the CI reference and the coverage map ----------------------------------
 
+    def _coverage_dir(self) -> Path:
+        return self.deps.cache_root / "coverage" / self.request.repo.replace("/", "__")
+
     async def _baseline(self, report: RunReport, ws: Workspace) -> None:
         assert self._runner is not None
         report.probe = await self._probe(ws)
@@ -304,15 +307,12 @@ class Pipeline:
         if error is not None:
             report.error = error
             return
-        result = await self._runner.run(coverage_step(self.config.tests), ws.path)
+        step = coverage_step(self.config.tests, timeout_s=self.environment.timeout_minutes * 60)
+        result = await self._runner.run(step, ws.path)
         self._check_cancelled()
-        data = result.collected.get(".paritybot/coverage.json") if result.collected else None
-        if data is None:
-            report.error = f"coverage map not built: {result.describe_failure()}"
+        try:
+            cmap = coverage_map_from_step(result, ws.head_sha)
+        except CoverageMapError as exc:
+            report.error = f"coverage map not built: {exc}"
             return
-        store = CoverageMapStore(self.deps.cache_root / "coverage" / _safe(self.request.repo))
-        store.save(ws.head_sha, parse_coverage_db(data))
-
-
-def _safe(repo: str) -> str:
-    return repo.replace("/", "__")
+        CoverageMapStore(self._coverage_dir()).save(ws.head_sha, cmap)

@@ -145,6 +145,8 @@ async def test_untrusted_fork_pr_waits_for_approval_of_that_sha(bot: BotHarness)
     assert bot.store.jobs_for_pr(REPO, 7) == []
     [summary] = bot.bot_comments()
     assert "approve" in summary.body.lower()
+    waiting = bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)
+    assert waiting and {r.states[-1]["conclusion"] for r in waiting} == {"action_required"}
 
     # The untrusted author cannot approve themselves.
     await comment(bot, "/retest-gpu", user="stranger", association="FIRST_TIME_CONTRIBUTOR")

@@ -168,3 +168,30 @@ async def test_killing_the_worker_mid_run_loses_no_job(fake_github: FakeGitHub, 
     finally:
         gate.set()
         await bot.stop()
+
+
+async def test_push_to_default_branch_records_the_reference_used_by_later_prs(bot: BotHarness) -> None:
+    push = payloads.event(
+        "push", repo_full_name=REPO, clone_url=bot.clone_url, installation_id=1, api_url=bot.fake.url
+    )
+    push.update(ref="refs/heads/main", after=bot.sample.base_sha, deleted=False)
+    push["repository"]["default_branch"] = "main"
+    assert await bot.send("push", push) == 202
+
+    def baseline_done() -> bool:
+        return bot.store.baseline(REPO, "host") is not None and not bot.service.workers.busy  # type: ignore[union-attr]
+
+    await bot.wait_for("the baseline run", baseline_done)
+    assert bot.fake.check_runs(REPO) == []  # a baseline reports to no PR
+
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    [job] = bot.store.jobs_for_pr(REPO, 7)
+    report = bot.store.report(job.id)
+    assert report is not None and report.tests is not None and report.parity is not None
+    # The selection now comes from the base commit's per-test coverage.
+    reasons = [r for t in report.tests.selection.tests for r in t.reasons]
+    assert any("cover" in r for r in reasons), reasons
+    # The parity table's CI reference is the probe recorded on the default branch.
+    python_row = next(r for r in report.parity.rows if r.field == "python")
+    assert python_row.reference is not None and python_row.reference == python_row.this_run
