@@ -102,4 +102,8 @@ async def gate_untrusted(ctx: HandlerContext, config: RepoConfig, request: RunRe
         await ctx.reporter.refresh_summary(
             request.repo, request.pr_number, override=(Stage.AWAITING_APPROVAL, note)
         )
+        # The checks tab says it too: "action required", not a silent absence of checks.
+        for env in choose_environments(config, request.base_ref, request.labels).environments:
+            outputs = render_awaiting_approval_output(env.name, reason=note)
+            await ctx.reporter.create_check_runs(request.repo, request.head_sha, outputs)
     return False
