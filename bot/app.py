@@ -29,7 +29,7 @@ from bot.web import create_web_app
 from bot.worker import WorkerPool
 from handlers.context import HandlerContext
 from handlers.routing import router
-from runner.base import Runner
+from runner.base import Runner, RunnerError
 from runner.docker import remove_orphans
 from runner.host import HostRunner
 from runner.pipeline import RunnerFactory
@@ -46,8 +46,6 @@ def runner_factory(mode: str) -> RunnerFactory:
             reason = "the admin chose the host runner" if mode == "host" else "the environment names no image"
             return HostRunner(reason=reason, env=environment.env)
         if mode == "docker" and not environment.image:
-            from runner.base import RunnerError
-
             raise RunnerError(
                 f"environment `{environment.name}` names no image, and this runner only runs containers"
             )

@@ -13,7 +13,7 @@ import structlog
 from bot.config import RepoConfig
 from bot.github import GitHubApp
 from bot.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
-from bot.report import render_check_runs, render_in_progress_output
+from bot.report import Verdict, render_check_runs, render_in_progress_output, verdict
 from bot.reporter import GitHubReporter, PrLocks
 from bot.sqlite_store import SQLiteStore
 from bot.store import Job
@@ -148,6 +148,4 @@ async def _reported(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
 
 
 def _has_failures(report: RunReport) -> bool:
-    from bot.report import Verdict, verdict
-
     return verdict(report) not in (Verdict.PASS, Verdict.FLAKY_ONLY)

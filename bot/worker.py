@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from bot.models import RunState
 from bot.sqlite_store import SQLiteStore
 from bot.store import Job
 
@@ -86,8 +87,6 @@ class WorkerPool:
         except Exception:
             # The executor records its own failures; this is the last line of defence.
             log.exception("run executor crashed")
-            from bot.models import RunState
-
             await asyncio.to_thread(self._store.finish, job.id, RunState.FAILED, None, "internal error")
         finally:
             self.busy -= 1

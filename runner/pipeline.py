@@ -33,7 +33,7 @@ from bot.models import (
     TestsResult,
 )
 from handlers.rfc import collect_rfc_inputs, evaluate_rfc
-from runner.base import Runner, RunnerError
+from runner.base import Runner, RunnerError, Step
 from runner.coverage_map import CoverageMapError, CoverageMapStore, coverage_map_from_step, coverage_step
 from runner.docstrings import check_docstrings
 from runner.parity import build_parity, reference_from_config
@@ -276,8 +276,6 @@ class Pipeline:
     async def _setup(self, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails."""
         assert self._runner is not None
-        from runner.base import Step
-
         for i, command in enumerate(self.environment.setup):
             step = Step(
                 name=f"setup-{i + 1}",
