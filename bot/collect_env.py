@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from bot.models import EnvFacts
+from bot.models import ENV_FACT_FIELDS, EnvFacts
 
 log = structlog.get_logger(__name__)
 
@@ -73,25 +73,7 @@ _MULTILINE = frozenset({"gpu_models", "cudnn", "_intel_driver", "_intel_gpus", "
 _TORCH_KEYS = frozenset({"torch", "_debug", "torch_cuda", "torch_hip", "cuda_available"})
 
 # The EnvFacts fields a paste can fill, in the order ``missing`` lists them.
-FACT_FIELDS: tuple[str, ...] = (
-    "torch",
-    "torch_cuda",
-    "torch_hip",
-    "cuda_available",
-    "cuda_runtime",
-    "cudnn",
-    "nccl",
-    "nvidia_driver",
-    "gpu_models",
-    "python",
-    "os",
-    "libc",
-    "gcc",
-    "clang",
-    "cmake",
-    "platform",
-    "packages",
-)
+FACT_FIELDS: tuple[str, ...] = ENV_FACT_FIELDS
 
 _LIB_LINE = re.compile(r"\[(pip3?|conda)\]\s*(.*)")
 _VERSION_AT_START = re.compile(r"\d+(?:\.\d+)+[0-9A-Za-z+]*")

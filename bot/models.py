@@ -55,6 +55,12 @@ class EnvFacts(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+#: The facts an environment report can carry, in EnvFacts' order (what ``missing`` may list).
+ENV_FACT_FIELDS: tuple[str, ...] = tuple(
+    name for name in EnvFacts.model_fields if name not in ("source", "missing", "notes")
+)
+
+
 # --- Check results ---------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from bot.collect_env import normalize_package_name
-from bot.models import EnvFacts, ParityReport, ParityRow, ParityVerdict
+from bot.models import ENV_FACT_FIELDS, EnvFacts, ParityReport, ParityRow, ParityVerdict
 
 PKG_PREFIX = "pkg:"
 
@@ -40,26 +40,7 @@ _ROWS: tuple[tuple[str, str, bool], ...] = (
 _ADVISED = ("torch", "torch_cuda", "cuda_runtime", "cudnn", "nccl", "python", "gpu_models")
 _MAX_DIFF_ADVICE = 3
 
-_CONFIG_FIELDS = frozenset(
-    {
-        "torch",
-        "torch_cuda",
-        "torch_hip",
-        "cuda_available",
-        "cuda_runtime",
-        "cudnn",
-        "nccl",
-        "nvidia_driver",
-        "gpu_models",
-        "python",
-        "os",
-        "libc",
-        "gcc",
-        "clang",
-        "cmake",
-        "platform",
-    }
-)
+_CONFIG_FIELDS = frozenset(ENV_FACT_FIELDS) - {"packages"}
 _PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION_HEAD = re.compile(r"\d+(?:\.\d+)*")
 _ARCH_SUFFIX = re.compile(r"\s*\((?:x86_64|aarch64|arm64|amd64|ppc64le|s390x)\)\s*$", re.IGNORECASE)

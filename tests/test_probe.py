@@ -103,19 +103,22 @@ def test_nccl_versions_as_torch_reports_them(raw, text):
 # --- real runs -------------------------------------------------------------------------------------
 
 
-def _python3(code: str) -> str:
-    assert PYTHON3, "python3 is not on PATH"
-    return subprocess.run([PYTHON3, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+def _python3(code: str, path: str | None = None) -> str:
+    """Run code with the ``python3`` that ``path`` (a PATH value) finds, as a step would."""
+    exe = shutil.which("python3", path=path) or PYTHON3
+    assert exe, "python3 is not on PATH"
+    return subprocess.run([exe, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.mark.skipif(PYTHON3 is None, reason="no python3 on PATH")
 async def test_probe_on_the_host_reports_the_host_python(tmp_path):
     runner = HostRunner()
+    path = runner.info.env["PATH"]  # the host runner's python3: the one installed beside paritybot
     facts = parse_probe(await runner.run(probe_step(["pip"]), tmp_path))
-    assert facts.python == _python3("import platform; print(platform.python_version())")
-    pip_version = _python3("from importlib.metadata import version; print(version('pip'))")
+    assert facts.python == _python3("import platform; print(platform.python_version())", path)
+    pip_version = _python3("from importlib.metadata import version; print(version('pip'))", path)
     assert facts.packages.get("pip") == pip_version
-    assert facts.platform == _python3("import platform; print(platform.platform())")
+    assert facts.platform == _python3("import platform; print(platform.platform())", path)
     if Path("/etc/os-release").exists():
         pretty = next(
             line.split("=", 1)[1].strip().strip('"')
