@@ -26,7 +26,7 @@ from bot.app import Service, build_service, start_service
 from bot.config import Environment
 from bot.models import RunState
 from bot.settings import Settings
-from runner.base import Runner
+from runner.base import Runner, RunnerInfo, Step, StepResult
 from runner.host import HostRunner
 from runner.pipeline import RunnerFactory
 
@@ -39,6 +39,58 @@ def host_runner_factory() -> RunnerFactory:
         return HostRunner(reason="tests use the host runner", env={**tool_env(), **environment.env})
 
     return make
+
+
+class Gate:
+    """Holds runs at their first step until the test opens it (all runs, or only the first ``times``)."""
+
+    def __init__(self, times: int | None = None):
+        self._open, self._started = asyncio.Event(), asyncio.Event()
+        self._left = times
+
+    def factory(self) -> RunnerFactory:
+        host = host_runner_factory()
+
+        async def make(environment: Environment, run_id: str) -> Runner:
+            runner = await host(environment, run_id)
+            if self._left is not None:
+                if self._left == 0:
+                    return runner
+                self._left -= 1
+            return _GatedRunner(runner, self)
+
+        return make
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait_started(self, timeout: float = 60) -> None:
+        await asyncio.wait_for(self._started.wait(), timeout)
+
+
+class _GatedRunner:
+    """The real host runner, held at its first step until the gate opens."""
+
+    def __init__(self, inner: Runner, gate: Gate):
+        self._inner, self._gate = inner, gate
+
+    @property
+    def info(self) -> RunnerInfo:
+        return self._inner.info
+
+    async def prepare(self) -> None:
+        await self._inner.prepare()
+
+    async def run(self, step: Step, workspace: Path) -> StepResult:
+        self._gate._started.set()
+        await self._gate._open.wait()
+        return await self._inner.run(step, workspace)
+
+    async def cancel(self) -> None:
+        await self._inner.cancel()
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 @dataclass

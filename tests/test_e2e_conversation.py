@@ -4,20 +4,16 @@ closing, config errors — real payloads over HTTP, the real bot, the fake GitHu
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import payloads
 import pytest
-from botharness import REPO, BotHarness, host_runner_factory
+from botharness import REPO, BotHarness, Gate
 from fakegithub import FakeGitHub
-from test_e2e_webhook import GatedRunner
 
-from bot.config import Environment
 from bot.models import RunScope, RunState
-from runner.base import Runner
 
 
 @pytest.fixture
@@ -170,29 +166,17 @@ async def test_untrusted_fork_pr_waits_for_approval_of_that_sha(bot: BotHarness)
 
 
 async def test_push_during_a_run_cancels_it(fake_github: FakeGitHub, tmp_path: Path) -> None:
-    gate, started = asyncio.Event(), asyncio.Event()
-    host = host_runner_factory()
-    first = True
-
-    async def gated_once(environment: Environment, run_id: str) -> Runner:
-        nonlocal first
-        runner = await host(environment, run_id)
-        if first:
-            first = False
-            return GatedRunner(runner, gate, started)
-        return runner
-
-    bot = await BotHarness.create(fake_github, tmp_path, runner=gated_once)
+    gate = Gate(times=1)
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gate.factory())
     try:
-        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
-        await asyncio.wait_for(started.wait(), 60)
+        await gate.wait_started()
         new_sha = bot.commit_on_feature("README.md", "pushed\n", "docs")
         assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha)) == 202
         await bot.wait_for(
             "the old run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
         )
-        gate.set()
+        gate.open()
         await bot.wait_runs_done(count=2)
         old, new = bot.store.jobs_for_pr(REPO, 7)
         assert old.state == RunState.CANCELLED and new.state == RunState.SUCCEEDED
@@ -200,32 +184,26 @@ async def test_push_during_a_run_cancels_it(fake_github: FakeGitHub, tmp_path: P
             assert bot.fake.check_run(check_id).states[-1]["conclusion"] == "cancelled"
         assert new_sha[:7] in bot.bot_comments()[0].body
     finally:
-        gate.set()
+        gate.open()
         await bot.stop()
 
 
 async def test_closing_the_pr_cancels_queued_runs(fake_github: FakeGitHub, tmp_path: Path) -> None:
-    gate, started = asyncio.Event(), asyncio.Event()
-    host = host_runner_factory()
-
-    async def gated(environment: Environment, run_id: str) -> Runner:
-        return GatedRunner(await host(environment, run_id), gate, started)
-
-    bot = await BotHarness.create(fake_github, tmp_path, runner=gated)
+    gate = Gate()
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gate.factory())
     try:
-        bot.service.workers._cancel_poll = 0.1  # type: ignore[union-attr]
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
-        await asyncio.wait_for(started.wait(), 60)
+        await gate.wait_started()
         assert await bot.send("pull_request", bot.pr_event("closed")) == 202
         await bot.wait_for(
             "the run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
         )
-        gate.set()
+        gate.open()
         await bot.wait_runs_done()
         [job] = bot.store.jobs_for_pr(REPO, 7)
         assert job.state == RunState.CANCELLED
     finally:
-        gate.set()
+        gate.open()
         await bot.stop()
 
 

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import payloads
 import pytest
-from botharness import REPO, SECRET, BotHarness, host_runner_factory
+from botharness import REPO, SECRET, BotHarness, Gate, host_runner_factory
 from fakegithub import FakeGitHub
 from sample_repo import BROKEN_TEST
 
-from bot.config import Environment
 from bot.models import RunState
 from bot.report import STICKY_MARKER
-from runner.base import Runner, Step, StepResult
 
 
 @pytest.fixture
@@ -119,54 +117,24 @@ async def test_draft_pr_is_skipped(bot: BotHarness) -> None:
     assert bot.fake.check_runs(REPO) == []
 
 
-class GatedRunner:
-    """The real host runner, held at its first step until the test opens the gate."""
-
-    def __init__(self, inner: Runner, gate: asyncio.Event, started: asyncio.Event):
-        self._inner, self._gate, self._started = inner, gate, started
-
-    @property
-    def info(self):  # type: ignore[no-untyped-def]
-        return self._inner.info
-
-    async def prepare(self) -> None:
-        await self._inner.prepare()
-
-    async def run(self, step: Step, workspace: Path) -> StepResult:
-        self._started.set()
-        await self._gate.wait()
-        return await self._inner.run(step, workspace)
-
-    async def cancel(self) -> None:
-        await self._inner.cancel()
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 async def test_killing_the_worker_mid_run_loses_no_job(fake_github: FakeGitHub, tmp_path: Path) -> None:
-    gate, started = asyncio.Event(), asyncio.Event()
-    host = host_runner_factory()
-
-    async def gated(environment: Environment, run_id: str) -> Runner:
-        return GatedRunner(await host(environment, run_id), gate, started)
-
-    bot = await BotHarness.create(fake_github, tmp_path, runner=gated)
+    gate = Gate()
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gate.factory())
     try:
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
-        await asyncio.wait_for(started.wait(), 60)
+        await gate.wait_started()
         [job] = bot.store.jobs_for_pr(REPO, 7)
         assert job.state == RunState.RUNNING
         await bot.stop()  # the process dies: the run is abandoned mid-step
 
-        bot.runner = host  # the restarted process has a healthy runner
+        bot.runner = host_runner_factory()  # the restarted process has a healthy runner
         await bot.start()
         await bot.wait_runs_done()
         [job] = bot.store.jobs_for_pr(REPO, 7)
         assert job.state == RunState.SUCCEEDED and job.attempts == 2
         assert len(bot.bot_comments()) == 1
     finally:
-        gate.set()
+        gate.open()
         await bot.stop()
 
 
