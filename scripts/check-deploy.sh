@@ -102,7 +102,9 @@ record PASS "image builds ($(seconds_since "$t0"), ${size_mb} MB)"
 
 user="$(docker image inspect --format '{{.Config.User}}' "$IMAGE")"
 uid="$(docker run --rm --entrypoint id "$IMAGE" -u)"
-[ -n "$user" ] && [ "$user" != root ] && [ "$uid" != 0 ] || fail "image user is '$user' (uid $uid), not a non-root user"
+if [ -z "$user" ] || [ "$user" = root ] || [ "$uid" = 0 ]; then
+    fail "image user is '$user' (uid $uid), not a non-root user"
+fi
 record PASS "image user $user (uid $uid)"
 
 # git fetches PRs over HTTPS, so it needs the system CA bundle as well.
@@ -116,8 +118,9 @@ refusal="$(docker run --rm "$IMAGE" serve 2>&1)"
 rc=$?
 set -e
 lines="$(printf '%s\n' "$refusal" | grep -c .)"
-[ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [[ "$refusal" == *PARITYBOT_WEBHOOK_SECRET* ]] ||
+if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || [[ "$refusal" != *PARITYBOT_WEBHOOK_SECRET* ]]; then
     fail "serve without a secret: exit $rc, $lines line(s)" "$refusal"
+fi
 record PASS "no secret: exit 2, one line: $refusal"
 
 # --- serve with a secret -------------------------------------------------------------------------
@@ -189,7 +192,9 @@ answer="$(post_ping "sha256=$(printf '0%.0s' {1..64})")"
 record PASS "badly signed ping: ${answer%% *}"
 
 uids="$(docker exec "$NAME" sh -c 'cat /proc/[0-9]*/status 2>/dev/null' | awk '/^Uid:/ {print $2}' | sort -u | tr '\n' ' ')"
-[ -n "$uids" ] && [[ " $uids" != *" 0 "* ]] || fail "processes run as uid(s) $uids"
+if [ -z "$uids" ] || [[ " $uids" == *" 0 "* ]]; then
+    fail "processes run as uid(s) $uids"
+fi
 record PASS "every process in the container runs as uid ${uids% }"
 
 docker logs "$NAME" 2>&1 | grep -q '"serving"' || fail "no 'serving' log line" "$(docker logs "$NAME" 2>&1)"
@@ -223,7 +228,9 @@ esac
 export PARITYBOT_IMAGE="$IMAGE" BASE_IMAGE PARITYBOT_APP_ID=12345 PARITYBOT_WEBHOOK_SECRET="$SECRET"
 export PARITYBOT_PRIVATE_KEY_FILE="$WORK/app-key.pem" PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9
 export PARITYBOT_PUBLISH_PORT="" PARITYBOT_HEALTH_INTERVAL=2s
-export DOCKER_SOCKET="${socket:-/var/run/docker.sock}" DOCKER_GID="$(stat -c %g "${socket:-/}" 2>/dev/null || echo 0)"
+DOCKER_SOCKET="${socket:-/var/run/docker.sock}"
+DOCKER_GID="$(stat -c %g "$DOCKER_SOCKET" 2>/dev/null || echo 0)"
+export DOCKER_SOCKET DOCKER_GID
 
 "${compose_base[@]}" config >"$WORK/compose.out" 2>&1 || fail "compose config" "$(cat "$WORK/compose.out")"
 record PASS "compose config renders (${COMPOSE_TOOL[*]} $compose_version)"
@@ -231,9 +238,10 @@ set +e
 refusal="$(env -u PARITYBOT_WEBHOOK_SECRET "${compose_base[@]}" config 2>&1 >/dev/null)"
 rc=$?
 set -e
-[ "$rc" -ne 0 ] && [[ "$refusal" == *PARITYBOT_WEBHOOK_SECRET* ]] ||
+if [ "$rc" -eq 0 ] || [[ "$refusal" != *PARITYBOT_WEBHOOK_SECRET* ]]; then
     fail "compose config without the secret: exit $rc" "$refusal"
-record PASS "compose config without the secret is refused: $(printf '%s' "$refusal" | grep -o -m1 "set PARITYBOT_WEBHOOK_SECRET[^\"'}]*")"
+fi
+record PASS "compose config without the secret is refused: $(printf '%s' "$refusal" | grep -o -m1 "set PARITYBOT_WEBHOOK_SECRET[^\"'}]*" | head -n1)"
 
 if [ -z "$socket" ]; then
     record SKIP "compose up: the engine is remote ($DOCKER_HOST); the compose file mounts a local socket"
@@ -256,6 +264,7 @@ record PASS "compose service (uid ${engine_as%% *}, socket group $DOCKER_GID) re
 
 "${COMPOSE[@]}" exec -T paritybot test -s /var/lib/paritybot/paritybot.db ||
     fail "no database on the data volume"
+# shellcheck disable=SC2016  # $2 and $4 are awk's fields
 root_mount="$("${COMPOSE[@]}" exec -T paritybot awk '$2 == "/" {print $4}' /proc/mounts)"
 [[ "$root_mount" == ro,* ]] || fail "the root file system is mounted '$root_mount', not read-only"
 record PASS "database on the data volume; root file system read-only"
