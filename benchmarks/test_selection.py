@@ -80,6 +80,7 @@ class Project:
     python: str
     env: dict[str, str]
     plugin_dir: Path
+    pytest_args: list[str] = field(default_factory=list)
     all_tests: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
     baseline_failures: set[str] = field(default_factory=set)
@@ -99,7 +100,18 @@ class Project:
         pythonpath = os.pathsep.join(p for p in [str(self.plugin_dir), self.env.get("PYTHONPATH", "")] if p)
         env = {**os.environ, **self.env, "PYTHONPATH": pythonpath, "BENCH_TIMING_OUT": str(out_file)}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench_timing", *args]
+        argv = [
+            self.python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "bench_timing",
+            *self.pytest_args,
+            *args,
+        ]
         try:
             proc = subprocess.run(
                 argv, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout
@@ -135,14 +147,14 @@ def prepare(args: argparse.Namespace) -> tuple[Project, str, CoverageMap]:
     (plugin_dir / "bench_timing.py").write_text(_TIMING_PLUGIN)
     copy_project(Path(args.project), work)
     env = dict(kv.split("=", 1) for kv in args.env)
-    proj = Project(work=work, python=args.python, env=env, plugin_dir=plugin_dir)
+    proj = Project(work=work, python=args.python, env=env, plugin_dir=plugin_dir, pytest_args=args.pytest_arg)
     proj.git("init", "-q", "-b", "main")
     proj.git("add", "-A")
     proj.git("commit", "-q", "-m", "base")
     base = proj.git("rev-parse", "HEAD")
 
     collected = subprocess.run(
-        [args.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [args.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args.pytest_arg],
         cwd=work,
         env={**os.environ, **env},
         capture_output=True,
@@ -160,7 +172,8 @@ def prepare(args: argparse.Namespace) -> tuple[Project, str, CoverageMap]:
     pybin = str(Path(args.python).parent)
     runner = HostRunner(env={**env, "PATH": f"{pybin}{os.pathsep}{os.environ.get('PATH', '')}"})
     started = time.monotonic()
-    result = asyncio.run(runner.run(coverage_step(TestSettings()), work))
+    settings = TestSettings(pytest_args=args.pytest_arg)
+    result = asyncio.run(runner.run(coverage_step(settings), work))
     cmap = coverage_map_from_step(result, base)
     print(
         f"coverage map: {len(cmap.tests)} tests, {len(cmap.files)} files, {time.monotonic() - started:.1f} s"
@@ -394,6 +407,9 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=840, help="stop evaluating after this long")
     parser.add_argument("--suite-timeout", type=float, default=300)
     parser.add_argument("--name", default=None)
+    parser.add_argument(
+        "--pytest-arg", action="append", default=[], help="passed to every pytest run (e.g. --ignore=PATH)"
+    )
     parser.add_argument("--json", default=None, help="also write the per-mutation results here")
     args = parser.parse_args()
     started = time.monotonic()
