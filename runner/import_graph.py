@@ -71,6 +71,7 @@ class Symbol(_Model):
     ranges: list[tuple[int, int]] = Field(default_factory=list, description="1-based inclusive lines")
     refs: list[str] = Field(default_factory=list, description="dotted names used, as written")
     params: list[str] = Field(default_factory=list, description="parameter names (pytest fixtures)")
+    bases: list[str] = Field(default_factory=list, description="base classes as written (classes only)")
 
 
 class ModuleInfo(_Model):
@@ -295,6 +296,7 @@ class _ModuleBuilder:
             self.add(stmt.name, SymbolKind.FUNCTION, span, self.refs(stmt), _params(stmt.args))
         elif isinstance(stmt, ast.ClassDef):
             self.add(stmt.name, SymbolKind.CLASS, span, self.refs(stmt), [])
+            self.info.symbols[stmt.name].bases = [b for b in map(_dotted, stmt.bases) if b]
         elif isinstance(stmt, ast.Import | ast.ImportFrom):
             self.imports(stmt, span)
         elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
@@ -517,10 +519,25 @@ def is_conftest(path: str) -> bool:
     return PurePosixPath(path).name == "conftest.py"
 
 
-def _is_test_symbol(sym: Symbol) -> bool:
+def is_test_symbol(sym: Symbol, module: ModuleInfo | None = None) -> bool:
+    """pytest's defaults: ``test*`` functions, ``Test*`` classes, and ``unittest.TestCase`` subclasses."""
     if sym.kind == SymbolKind.FUNCTION:
         return sym.name.startswith("test")
-    return sym.kind == SymbolKind.CLASS and sym.name.startswith("Test")
+    if sym.kind != SymbolKind.CLASS:
+        return False
+    return sym.name.startswith("Test") or _is_testcase(sym, module, set())
+
+
+def _is_testcase(sym: Symbol, module: ModuleInfo | None, seen: set[str]) -> bool:
+    for base in sym.bases:
+        if base.rpartition(".")[2].endswith("TestCase"):
+            return True
+        local = module.symbols.get(base) if module else None
+        if local is not None and local.kind == SymbolKind.CLASS and base not in seen:
+            seen.add(base)
+            if _is_testcase(local, module, seen):
+                return True
+    return False
 
 
 class ImportGraph:
@@ -688,14 +705,16 @@ class ImportGraph:
         module = self.modules.get(path)
         if module is None:
             return []
-        return [SymbolKey(path=path, name=s.name) for s in module.symbols.values() if _is_test_symbol(s)]
+        return [
+            SymbolKey(path=path, name=s.name) for s in module.symbols.values() if is_test_symbol(s, module)
+        ]
 
     def is_test(self, key: SymbolKey) -> bool:
         module = self.modules.get(key.path)
         if module is None or not self.is_test_path(key.path):
             return False
         sym = module.symbols.get(key.name)
-        return sym is not None and _is_test_symbol(sym)
+        return sym is not None and is_test_symbol(sym, module)
 
     def tests_reaching(self, changed: Iterable[SymbolKey]) -> dict[SymbolKey, Reach]:
         """Every test symbol that depends, directly or transitively, on one of ``changed``.

@@ -51,6 +51,7 @@ from runner.import_graph import (
     build_graph,
     innermost,
     is_test_file,
+    is_test_symbol,
     line_info,
     module_names,
     python_files,
@@ -231,12 +232,7 @@ class _Universe:
         if text is None:
             return []
         module = analyze_module(path, PurePosixPath(path).stem, text, is_test=True)
-        ids = [
-            f"{path}::{s.name}"
-            for s in module.symbols.values()
-            if (s.kind == SymbolKind.FUNCTION and s.name.startswith("test"))
-            or (s.kind == SymbolKind.CLASS and s.name.startswith("Test"))
-        ]
+        ids = [f"{path}::{s.name}" for s in module.symbols.values() if is_test_symbol(s, module)]
         return ids or [path]
 
 
@@ -433,10 +429,13 @@ def _edited_tests(ctx: _Context, fc: FileChange) -> None:
     info = line_info(fc.head_text)
     module = analyze_module(fc.path, PurePosixPath(fc.path).stem, fc.head_text, is_test=True)
     helpers: set[str] = set()
+    test_classes = {
+        s.name for s in module.symbols.values() if s.kind == SymbolKind.CLASS and is_test_symbol(s, module)
+    }
     for line in sorted(set(diff.head_lines)):
         if line not in info.statement:
             continue  # a comment or a blank line
-        names = _test_names_at(info, line)
+        names = _test_names_at(info, line, test_classes)
         if names is not None:
             ctx.add_tests(ctx.universe.expand(fc.path, names), Signal.EDITED, "edited by this PR", weight=3)
             continue
@@ -451,7 +450,7 @@ def _edited_tests(ctx: _Context, fc: FileChange) -> None:
         _edited_helpers(ctx, fc, module, helpers)
 
 
-def _test_names_at(info: LineInfo, line: int) -> list[str] | None:
+def _test_names_at(info: LineInfo, line: int, test_classes: set[str]) -> list[str] | None:
     """The node-id names of the test (or test class) holding ``line``; ``None`` outside any test.
 
     ``TestA.TestB.test_c`` → ``["TestA", "TestB", "test_c"]``; a helper method of ``TestA`` →
@@ -462,7 +461,7 @@ def _test_names_at(info: LineInfo, line: int) -> list[str] | None:
     names: list[str] = []
     for qual, _, _ in scopes:
         leaf = qual.rpartition(".")[2]
-        if qual in classes and leaf.startswith("Test"):
+        if qual in classes and (leaf.startswith("Test") or qual in test_classes):
             names.append(leaf)
         elif qual not in classes and leaf.startswith("test"):
             return [*names, leaf]
@@ -562,7 +561,9 @@ def _import_time(ctx: _Context, fc: FileChange, info: LineInfo, line: int) -> No
     if scope is not None:
         is_header = info.statement.get(line) == info.statement.get(scope[1])
         definition = is_header or scope in info.classes
-        if definition and _enclosing_function(ctx, fc, info, line, "whose definition this PR changes"):
+        tested = definition and _enclosing_function(ctx, fc, info, line, "whose definition this PR changes")
+        # A decorator factory also runs while importing the modules that use it.
+        if tested and not _body_runs_at_import(ctx, fc.base_path, [(scope[1], scope[2])]):
             return
     _import_users(ctx, fc, line)
 

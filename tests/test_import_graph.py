@@ -161,3 +161,19 @@ def test_load_sources_skips_virtualenvs_and_build_output(tmp_path: Path) -> None
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "c.py").write_text("z = 3\n")
     assert load_sources(tmp_path) == {"pkg/a.py": "x = 1\n"}
+
+
+def test_unittest_classes_count_as_tests_whatever_their_name() -> None:
+    sources = {
+        "lib.py": "def work():\n    return 1\n",
+        "tests/test_lib.py": (
+            "import unittest\nfrom lib import work\n\n"
+            "class Mixin:\n    def test_work(self):\n        assert work() == 1\n\n"
+            "class LibTest(unittest.TestCase, Mixin):\n    pass\n\n"
+            "class MoreLibTest(LibTest):\n    pass\n"
+        ),
+    }
+    assert reached_tests([("lib.py", "work")], sources) == {
+        "tests/test_lib.py::LibTest",
+        "tests/test_lib.py::MoreLibTest",
+    }
