@@ -90,10 +90,10 @@ def serve_paritybot(port: int, db: str) -> None:
     from bot.delivery_log import DeliveryLog
     from bot.web import create_web_app
 
-    delivery_log = DeliveryLog(Path(db))
+    delivery_log = DeliveryLog(Path(db), SECRET)
 
     async def make() -> web.Application:
-        delivery_log.start()
+        await delivery_log.start()
         app = create_web_app(SECRET, delivery_log)
 
         async def stop(_: web.Application) -> None:

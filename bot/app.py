@@ -111,7 +111,9 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     )
     workers = WorkerPool(store, executor, concurrency=settings.workers)
     scheduler = Scheduler(store, locks, wake=workers.wake)
-    delivery_log = DeliveryLog(db_path.parent / f"{db_path.name}.deliveries")
+    assert settings.webhook_secret is not None  # require_serving() checked it
+    secret = settings.webhook_secret.get_secret_value().encode()
+    delivery_log = DeliveryLog(db_path.parent / f"{db_path.name}.deliveries", secret)
 
     async def context_for(event: sansio.Event) -> HandlerContext:
         installation = (event.data.get("installation") or {}).get("id")
@@ -130,14 +132,13 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     dispatcher = Dispatcher(
         store, router, context_for, log_dir=delivery_log.directory, wake=delivery_log.recorded
     )
-    assert settings.webhook_secret is not None
-    web_app = create_web_app(settings.webhook_secret.get_secret_value().encode(), delivery_log)
+    web_app = create_web_app(secret, delivery_log)
     return Service(settings, store, delivery_log, dispatcher, workers, session, app, web_app)
 
 
 async def start_service(service: Service) -> None:
     service.workers.start()
-    service.delivery_log.start()
+    await service.delivery_log.start()
     service.dispatcher.start()
 
 

@@ -1,9 +1,9 @@
 """The durable record of webhook deliveries: an append-only log with group commit.
 
 A delivery must be on disk before its 202, and that is all the request has to pay for. Many
-concurrent requests hand their deliveries to one writer thread, which appends them with a single
-``writev`` and makes them durable with a single ``fdatasync``: the cost of durability is paid once
-per batch. The store then ingests the log in the background (:func:`ingest`), where redeliveries
+concurrent requests hand their deliveries to one writer process (:mod:`bot.log_writer`), which
+checks their signatures, appends them with a single ``writev`` and makes them durable with a
+single ``fdatasync``: the cost of durability is paid once per batch. The store then ingests the log in the background (:func:`ingest`), where redeliveries
 are dropped by their ``X-GitHub-Delivery`` id, in the same transaction that advances the read
 position, so each delivery is handled exactly once even across crashes.
 
@@ -16,15 +16,20 @@ longer written to. Such a record was never acknowledged: its fsync had not retur
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
+import fcntl
+import hashlib
+import hmac
 import re
 import sqlite3
 import struct
-import threading
+import sys
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -43,10 +48,16 @@ class LoggedDelivery:
     body: bytes
 
 
-def encode(delivery_id: str, event: str, body: bytes) -> bytes:
+def encode_parts(delivery_id: str, event: str, body: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """The record as (header with ids, body): written with writev, the body is never copied."""
     did, ev = delivery_id.encode(), event.encode()
-    rest = struct.pack(">HHI", len(did), len(ev), len(body)) + did + ev + body
-    return HEADER.pack(MAGIC, zlib.crc32(rest), len(did), len(ev), len(body)) + did + ev + body
+    ids = struct.pack(">HHI", len(did), len(ev), len(body)) + did + ev
+    crc = zlib.crc32(body, zlib.crc32(ids))  # releases the GIL for a large body
+    return HEADER.pack(MAGIC, crc, len(did), len(ev), len(body)) + did + ev, body
+
+
+def encode(delivery_id: str, event: str, body: bytes) -> bytes:
+    return b"".join(encode_parts(delivery_id, event, body))
 
 
 def decode_from(buf: bytes, offset: int) -> tuple[LoggedDelivery, int] | None:
@@ -78,96 +89,170 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+# --- The writer process and its client --------------------------------------------------------------
+#
+# Frames to the writer: ">HHHI" (lengths of delivery id, event, signature, body), then those bytes.
+# An empty signature means the caller verified it. The writer answers one byte per frame, in order:
+# ACCEPTED once the frame is on disk, REJECTED when its signature does not match, FAILED when the
+# write failed.
+
+FRAME = struct.Struct(">HHHI")
+ACCEPTED, REJECTED, FAILED = b"1", b"0", b"E"
+PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size
+
+
+def encode_frame(delivery_id: str, event: str, body: bytes, signature: str | None) -> bytes:
+    did, ev, sig = delivery_id.encode(), event.encode(), (signature or "").encode()
+    return FRAME.pack(len(did), len(ev), len(sig), len(body)) + did + ev + sig + body
+
+
+def decode_frames(buf: bytes | bytearray | memoryview) -> tuple[list[Frame], int]:
+    """The complete frames at the start of ``buf``, and how many bytes they took.
+
+    Bodies are memoryviews into ``buf`` (no copy): use them before ``buf`` changes.
+    """
+    view = memoryview(buf)
+    frames = []
+    pos = 0
+    while len(view) - pos >= FRAME.size:
+        n_id, n_ev, n_sig, n_body = FRAME.unpack_from(view, pos)
+        start = pos + FRAME.size
+        end = start + n_id + n_ev + n_sig + n_body
+        if end > len(view):
+            break
+        did = str(view[start : start + n_id], "utf-8")
+        ev = str(view[start + n_id : start + n_id + n_ev], "utf-8")
+        sig = str(view[start + n_id + n_ev : end - n_body], "utf-8") or None
+        frames.append(Frame(did, ev, view[end - n_body : end], sig))
+        pos = end
+    return frames, pos
+
+
+class Frame(NamedTuple):
+    delivery_id: str
+    event: str
+    body: memoryview
+    signature: str | None
+
+
+def signed(secret: bytes, body: bytes | memoryview, signature: str) -> bool:
+    """`X-Hub-Signature-256` is "sha256=" + hex HMAC-SHA256 of the raw body; compared in constant time."""
+    if not signature.startswith("sha256="):
+        return False
+    return hmac.compare_digest(hmac.new(secret, body, hashlib.sha256).hexdigest(), signature[7:])
+
+
 class DeliveryLog:
-    """``await record(...)`` returns once the delivery is durably on disk."""
+    """``await record(...)`` returns True once the delivery is durably on disk.
 
-    def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES):
+    The appending, the signature check and the checksums run in a writer process of their own
+    (:mod:`bot.log_writer`): the web server's event loop only hands the bytes over a pipe, so the
+    hashing and the fsync neither wait for nor slow down the loop, and no lock is shared with it.
+    """
+
+    def __init__(self, directory: Path, secret: bytes, segment_bytes: int = SEGMENT_BYTES):
         self.directory = directory
+        self.secret = secret
         self._segment_bytes = segment_bytes
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.recorded = asyncio.Event()  # set after each batch reaches the disk
-        self.batches = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._waiting: deque[asyncio.Future[bool]] = deque()
+        self._reader: asyncio.Task[None] | None = None
+        self._broken: str | None = None
+        self._restart_lock = asyncio.Lock()
+        self.recorded = asyncio.Event()  # set whenever new deliveries reached the disk
+        self.batches = 0  # answers read from the writer: a batch is what one read brings
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._loop = asyncio.get_running_loop()
-        existing = segments(self.directory)
-        number = existing[-1][0] + 1 if existing else 1
-        self._thread = threading.Thread(target=self._run, args=(number,), name="delivery-log", daemon=True)
-        self._thread.start()
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot.log_writer",
+            str(self.directory),
+            str(self._segment_bytes),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self._proc.stdin is not None
+        _grow_pipe(self._proc.stdin.transport.get_extra_info("pipe"))
+        # The secret travels on the pipe, not on the command line, where `ps` would show it.
+        self._proc.stdin.write(struct.pack(">H", len(self.secret)) + self.secret)
+        self._broken = None
+        self._reader = asyncio.create_task(self._read_answers(), name="delivery-log-answers")
 
-    async def record(self, delivery_id: str, event: str, body: bytes) -> None:
-        if self._loop is None or self._closed:
-            raise RuntimeError("the delivery log is not running")
-        fut: asyncio.Future[None] = self._loop.create_future()
-        record = encode(delivery_id, event, body)
-        with self._cond:
-            self._pending.append((record, fut))
-            if len(self._pending) == 1:
-                self._cond.notify()
-        await fut
+    async def record(self, delivery_id: str, event: str, body: bytes, signature: str | None = None) -> bool:
+        """Append one delivery; True once it is on disk, False when ``signature`` does not match.
+
+        ``signature`` is the ``X-Hub-Signature-256`` header, checked by the writer; None means the
+        caller verified it already.
+        """
+        if self._proc is None or self._proc.stdin is None:
+            raise OSError("the delivery log is not running")
+        if self._broken:
+            await self._restart()
+        assert self._proc.stdin is not None
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)
+        stdin = self._proc.stdin
+        stdin.write(encode_frame(delivery_id, event, body, signature))
+        if stdin.transport.get_write_buffer_size() > PIPE_BYTES:
+            await stdin.drain()  # the writer is behind: let it catch up before taking more
+        return await fut
+
+    async def _read_answers(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        while True:
+            answers = await self._proc.stdout.read(65536)
+            if not answers:
+                break
+            self.batches += 1
+            accepted = False
+            for answer in answers:
+                fut = self._waiting.popleft()
+                if fut.done():
+                    continue
+                if answer == FAILED[0]:
+                    fut.set_exception(OSError("the delivery log could not write to disk"))
+                else:
+                    accepted |= answer == ACCEPTED[0]
+                    fut.set_result(answer == ACCEPTED[0])
+            if accepted:
+                self.recorded.set()
+        # The writer is gone: nothing waiting was acknowledged, so nothing may be reported as kept.
+        self._broken = "the delivery log writer stopped"
+        while self._waiting:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(OSError(self._broken))
+
+    async def _restart(self) -> None:
+        """A new writer (and so a new segment) after the old one died; one restart for many callers."""
+        async with self._restart_lock:
+            if not self._broken:
+                return
+            log.warning("restarting the delivery log writer", reason=self._broken)
+            if self._proc is not None:
+                await self._proc.wait()
+            await self.start()
 
     async def stop(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
-            self._thread = None
+        if self._proc is None:
+            return
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        await self._proc.wait()
+        if self._reader is not None:
+            await self._reader
+        self._proc = None
 
-    def _open(self, number: int) -> int:
-        path = self.directory / f"segment-{number:08d}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        # The new file's directory entry must be durable too.
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        return fd
 
-    def _run(self, number: int) -> None:
-        fd = self._open(number)
-        written = 0
-        try:
-            while True:
-                with self._cond:
-                    while not self._pending and not self._closed:
-                        self._cond.wait()
-                    if not self._pending:
-                        return
-                    batch, self._pending = self._pending, []
-                error: OSError | None = None
-                try:
-                    if written >= self._segment_bytes:
-                        os.close(fd)
-                        number += 1
-                        fd, written = self._open(number), 0
-                    written += os.writev(fd, [record for record, _ in batch])
-                    os.fdatasync(fd)
-                except OSError as exc:
-                    log.error("delivery log write failed", error=str(exc), batch=len(batch))
-                    error = exc
-                self.batches += 1
-                assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._resolve, batch, error)
-        finally:
-            os.close(fd)
-
-    def _resolve(self, batch: list[tuple[bytes, asyncio.Future[None]]], error: OSError | None) -> None:
-        for _, fut in batch:
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(None)
-        if error is None:
-            self.recorded.set()
+def _grow_pipe(pipe: object) -> None:
+    """A larger pipe lets one read of the writer take a whole burst of deliveries: one fsync for all."""
+    fileno = getattr(pipe, "fileno", None)
+    if fileno is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def ingest(conn: sqlite3.Connection, directory: Path, max_records: int = 2000) -> int:

@@ -9,7 +9,14 @@ import structlog
 from aiohttp import web
 
 from bot.delivery_log import DeliveryLog
-from bot.intake import MAX_BODY_BYTES, IntakeError, check_delivery
+from bot.intake import (
+    MAX_BODY_BYTES,
+    IntakeError,
+    check_delivery,
+    check_unsigned,
+    is_form_encoded,
+    verify_signature,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -19,25 +26,49 @@ SECRET_KEY = web.AppKey("secret", bytes)
 
 async def webhook(request: web.Request) -> web.Response:
     body = await request.read()
+    headers, secret = request.headers, request.app[SECRET_KEY]
+    signature = headers.get("X-Hub-Signature-256")
+    verified = False
     try:
-        delivery = check_delivery(request.headers, body, request.app[SECRET_KEY])
+        delivery = check_unsigned(headers, body)
+        if delivery.event == "ping" or is_form_encoded(headers):
+            # Rare deliveries: verified here, before anything else is said about them.
+            delivery = check_delivery(headers, body, secret)
+            verified = True
     except IntakeError as exc:
-        log.warning(
-            "delivery rejected",
-            status=exc.status,
-            reason=str(exc),
-            delivery_id=request.headers.get("X-GitHub-Delivery"),
-        )
-        return web.json_response({"error": str(exc)}, status=exc.status)
+        # An unsigned request learns nothing about what else is wrong with it.
+        status = exc.status if verify_signature(body, signature, secret) else 401
+        return _rejected(request, status, str(exc) if status != 401 else SIGNATURE_ERROR)
     if delivery.event == "ping":
         return web.json_response({"ok": True, "zen": "pong"})
+    if not verified and (signature is None or not signature.startswith("sha256=")):
+        return _rejected(request, 401, SIGNATURE_ERROR)
     try:
-        await request.app[DELIVERY_LOG_KEY].record(delivery.delivery_id, delivery.event, delivery.body)
+        # The log's writer thread checks the signature (hashing releases the GIL, so it runs
+        # beside this loop) and appends only what is signed.
+        accepted = await request.app[DELIVERY_LOG_KEY].record(
+            delivery.delivery_id, delivery.event, delivery.body, signature=None if verified else signature
+        )
     except Exception:
         log.exception("delivery not recorded", delivery_id=delivery.delivery_id)
         return web.json_response({"error": "could not record the delivery; redeliver it"}, status=503)
+    if not accepted:
+        return _rejected(request, 401, SIGNATURE_ERROR)
     # A redelivery is acknowledged too; the store drops it by its delivery id before dispatch.
     return web.Response(status=202, text="accepted")
+
+
+SIGNATURE_ERROR = "missing or invalid X-Hub-Signature-256"
+
+
+def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
+    log.warning(
+        "delivery rejected",
+        status=status,
+        reason=reason,
+        delivery_id=request.headers.get("X-GitHub-Delivery"),
+    )
+    return web.json_response({"error": reason}, status=status)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -48,6 +79,8 @@ def create_web_app(secret: bytes, delivery_log: DeliveryLog) -> web.Application:
     """The HTTP side only; the caller starts and stops the log and the background workers."""
     if not secret:
         raise ValueError("a webhook secret is required")
+    if delivery_log.secret != secret:
+        raise ValueError("the delivery log must verify signatures with the webhook secret")
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[SECRET_KEY] = secret
     app[DELIVERY_LOG_KEY] = delivery_log

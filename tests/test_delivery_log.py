@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from pathlib import Path
+
+import pytest
 
 from bot.delivery_log import DeliveryLog, decode_from, encode, segments
 from bot.sqlite_store import SQLiteStore
+
+SECRET = b"log-secret"
 
 
 async def record_all(log: DeliveryLog, items: list[tuple[str, str, bytes]]) -> None:
@@ -14,8 +20,8 @@ async def record_all(log: DeliveryLog, items: list[tuple[str, str, bytes]]) -> N
 
 
 async def test_concurrent_deliveries_are_committed_in_batches_and_ingested_once(tmp_path: Path) -> None:
-    log = DeliveryLog(tmp_path / "log")
-    log.start()
+    log = DeliveryLog(tmp_path / "log", SECRET)
+    await log.start()
     items = [(f"id-{i}", "pull_request", b'{"n": %d}' % i) for i in range(200)]
     await record_all(log, items)
     await log.stop()
@@ -30,8 +36,8 @@ async def test_concurrent_deliveries_are_committed_in_batches_and_ingested_once(
 
 
 async def test_redelivery_is_dropped_at_ingest(tmp_path: Path) -> None:
-    log = DeliveryLog(tmp_path / "log")
-    log.start()
+    log = DeliveryLog(tmp_path / "log", SECRET)
+    await log.start()
     await log.record("same", "push", b"{}")
     await log.record("same", "push", b"{}")
     await log.stop()
@@ -42,8 +48,8 @@ async def test_redelivery_is_dropped_at_ingest(tmp_path: Path) -> None:
 
 async def test_a_torn_record_after_a_crash_is_skipped_and_the_next_start_goes_on(tmp_path: Path) -> None:
     directory = tmp_path / "log"
-    log = DeliveryLog(directory)
-    log.start()
+    log = DeliveryLog(directory, SECRET)
+    await log.start()
     await log.record("before-crash", "push", b'{"a": 1}')
     await log.stop()
     # The process died in the middle of its next write: half a record at the end of the segment.
@@ -51,8 +57,8 @@ async def test_a_torn_record_after_a_crash_is_skipped_and_the_next_start_goes_on
     with open(segment, "ab") as f:
         f.write(encode("never-acknowledged", "push", b'{"b": 2}')[:20])
 
-    restarted = DeliveryLog(directory)
-    restarted.start()  # a new segment: nothing is ever appended after a torn record
+    restarted = DeliveryLog(directory, SECRET)
+    await restarted.start()  # a new segment: nothing is ever appended after a torn record
     await restarted.record("after-restart", "push", b'{"c": 3}')
     await restarted.stop()
 
@@ -64,8 +70,8 @@ async def test_a_torn_record_after_a_crash_is_skipped_and_the_next_start_goes_on
 
 async def test_segments_rotate_and_read_ones_are_removed(tmp_path: Path) -> None:
     directory = tmp_path / "log"
-    log = DeliveryLog(directory, segment_bytes=200)
-    log.start()
+    log = DeliveryLog(directory, SECRET, segment_bytes=200)
+    await log.start()
     for i in range(10):
         await log.record(f"d{i}", "push", b"{" + b" " * 100 + b"}")
     await log.stop()
@@ -80,3 +86,35 @@ def test_corrupt_bytes_are_not_a_record() -> None:
     assert decode_from(bytes(record), 0) is not None
     record[-1] ^= 0xFF
     assert decode_from(bytes(record), 0) is None
+
+
+async def test_a_bad_signature_is_refused_and_not_written(tmp_path: Path) -> None:
+    log = DeliveryLog(tmp_path / "log", SECRET)
+    await log.start()
+    body = b'{"action": "opened"}'
+    good = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    assert await log.record("good", "pull_request", body, signature=good) is True
+    assert await log.record("forged", "pull_request", body, signature="sha256=" + "0" * 64) is False
+    assert await log.record("wrong-scheme", "pull_request", body, signature="sha1=abc") is False
+    await log.stop()
+    store = SQLiteStore(tmp_path / "bot.db")
+    store.ingest_deliveries(tmp_path / "log")
+    assert [d.delivery_id for d in store.pending_deliveries()] == ["good"]
+
+
+async def test_when_the_writer_dies_nothing_waiting_is_reported_kept_and_it_restarts(tmp_path: Path) -> None:
+    log = DeliveryLog(tmp_path / "log", SECRET)
+    await log.start()
+    proc = log._proc  # noqa: SLF001
+    assert proc is not None
+    # A delivery is on its way when the writer dies: its request must not get a 202.
+    waiting = asyncio.ensure_future(log.record("in-flight", "push", b"{}"))
+    proc.kill()
+    with pytest.raises(OSError):
+        await waiting
+    # The next delivery gets a new writer, in a new segment.
+    assert await log.record("after-restart", "push", b"{}") is True
+    await log.stop()
+    store = SQLiteStore(tmp_path / "bot.db")
+    store.ingest_deliveries(tmp_path / "log")
+    assert "after-restart" in [d.delivery_id for d in store.pending_deliveries()]

@@ -57,8 +57,8 @@ def test_json_logs_carry_bound_context_and_never_a_token() -> None:
 
 
 async def test_a_body_over_25_mib_gets_413(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    log = DeliveryLog(tmp_path / "log")
-    log.start()
+    log = DeliveryLog(tmp_path / "log", b"secret")
+    await log.start()
     server = TestServer(create_web_app(b"secret", log))
     await server.start_server()
     try:
