@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
         "--config", type=Path, help=f"config file instead of the commit's {'.github/paritybot.yml'}"
     )
     c.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    c.add_argument("--image", help="run in this container image instead of the environment's")
+    c.add_argument("--gpus", help="with --image: all, none, a count, or device ids (a,b)")
     c.add_argument("--pr-body", type=Path, help="a PR description (with collect_env output) to compare with")
     c.add_argument("--demo", action="store_true", help="check a built-in sample project (no checkout needed)")
     c.add_argument("--json", action="store_true", help="print the run report as JSON instead")
@@ -126,6 +128,8 @@ def _check(args: argparse.Namespace) -> int:
                 environment=args.environment,
                 config_file=args.config,
                 pr_body=pr_body,
+                image=args.image,
+                gpus=_gpus(args.gpus),
             )
         )
     except CheckError as exc:
@@ -139,6 +143,14 @@ def _check(args: argparse.Namespace) -> int:
         print("demo: the sample change fails its checks, as intended", file=sys.stderr)
         return 0
     return code
+
+
+def _gpus(value: str | None) -> str | int | list[str] | None:
+    if value is None or value in ("all", "none"):
+        return value
+    if value.isdigit():
+        return int(value)
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _config(args: argparse.Namespace) -> int:

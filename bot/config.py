@@ -172,8 +172,8 @@ class TrustSettings(_Strict):
 
 class RepoConfig(_Strict):
     environments: list[Environment] = Field(
-        default_factory=lambda: [Environment(name="host", default=True)],
-        description="where runs happen; the default runs on the runner's host",
+        default_factory=lambda: [Environment(name="default", default=True)],
+        description="where runs happen; the default names no image, so it runs on the runner's host",
     )
     checks: ChecksToggle = Field(default_factory=ChecksToggle)
     tests: TestSettings = Field(default_factory=TestSettings)

@@ -13,7 +13,16 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from bot.config import CONFIG_PATH, ConfigError, RepoConfig, parse_repo_config
+from pydantic import ValidationError
+
+from bot.config import (
+    CONFIG_PATH,
+    ConfigError,
+    Environment,
+    RepoConfig,
+    format_config_errors,
+    parse_repo_config,
+)
 from bot.models import RunReport, RunRequest
 from bot.report import Stage, Verdict, render_comment, verdict
 from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
@@ -65,6 +74,8 @@ async def run_local_check(
     config_file: Path | None = None,
     pr_body: str = "",
     work_dir: Path | None = None,
+    image: str | None = None,
+    gpus: str | int | list[str] | None = None,
 ) -> RunReport:
     repo = repo.resolve()
     if not (repo / ".git").exists():
@@ -81,6 +92,15 @@ async def run_local_check(
     if env is None:
         names = ", ".join(e.name for e in config.environments)
         raise CheckError(f"unknown environment {environment!r}; the config defines: {names}")
+    if image is not None or gpus is not None:
+        # An ad-hoc environment: the chosen one, in another image or with other GPUs.
+        update: dict[str, object] = {"image": image} if image is not None else {}
+        if gpus is not None:
+            update["gpus"] = gpus
+        try:
+            env = Environment.model_validate(env.model_dump() | update)
+        except ValidationError as exc:
+            raise CheckError("; ".join(format_config_errors(exc))) from None
     request = RunRequest(
         repo=repo.name,
         clone_url=str(repo),

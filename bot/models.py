@@ -257,7 +257,7 @@ class RunReport(Model):
     pr_number: int | None = None
     head_sha: str
     base_sha: str | None = None
-    environment: str = "host"
+    environment: str = "default"
     image: str | None = None
     image_digest: str | None = None
     image_ref: str | None = Field(

@@ -250,6 +250,7 @@ class Pipeline:
             pytest_args=list(self.config.tests.pytest_args),
             runner_kind=info.kind,
             setup=list(self.environment.setup),
+            docker_options=["--shm-size", self.environment.limits.shm_size] if info.kind == "docker" else [],
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
         try:

@@ -238,7 +238,7 @@ async def test_bad_config_names_the_key_in_the_comment(bot: BotHarness) -> None:
 
 TWO_ENVIRONMENTS = """\
 environments:
-  - name: host
+  - name: default
     default: true
   - name: cpu-extra
     labels: ["ciflow/extra"]
@@ -250,10 +250,10 @@ async def test_a_label_adds_an_environment_and_the_summary_has_one_section_each(
     bot.fake.set_file(REPO, ".github/paritybot.yml", TWO_ENVIRONMENTS, ref="main")
     assert await bot.send("pull_request", bot.pr_event("opened", labels=["ciflow/extra"])) == 202
     await bot.wait_runs_done(count=2)
-    assert sorted(j.environment for j in bot.store.jobs_for_pr(REPO, 7)) == ["cpu-extra", "host"]
+    assert sorted(j.environment for j in bot.store.jobs_for_pr(REPO, 7)) == ["cpu-extra", "default"]
     assert len(bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)) == 8
     [summary] = bot.bot_comments()
-    assert "## Environment `host`" in summary.body and "## Environment `cpu-extra`" in summary.body
+    assert "## Environment `default`" in summary.body and "## Environment `cpu-extra`" in summary.body
 
     await comment(bot, "/retest-gpu env=cpu-extra")
     await bot.wait_runs_done(count=3)
@@ -265,5 +265,5 @@ async def test_unknown_environment_gets_a_reply(bot: BotHarness) -> None:
     await handled(bot, 1)
     assert reactions(bot, comment_id) == ["confused"]
     [reply] = replies(bot)
-    assert "nope" in reply and "`host`" in reply
+    assert "nope" in reply and "`default`" in reply
     assert bot.store.jobs_for_pr(REPO, 7) == []

@@ -34,17 +34,17 @@ async def test_opened_pr_gets_completed_check_runs_and_one_sticky_comment(bot: B
     runs = bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)
     by_name = {r.name: r.states[-1] for r in runs}
     assert set(by_name) == {
-        "paritybot / pre-commit (host)",
-        "paritybot / docstrings (host)",
-        "paritybot / tests (host)",
-        "paritybot / parity (host)",
+        "paritybot / pre-commit (default)",
+        "paritybot / docstrings (default)",
+        "paritybot / tests (default)",
+        "paritybot / parity (default)",
     }
     # Every check run went queued → in_progress → completed.
     for run in runs:
         statuses = [s["status"] for s in run.states]
         assert statuses[0] == "queued" and "in_progress" in statuses and statuses[-1] == "completed"
-    assert by_name["paritybot / tests (host)"]["conclusion"] == "failure"
-    assert by_name["paritybot / pre-commit (host)"]["conclusion"] == "failure"
+    assert by_name["paritybot / tests (default)"]["conclusion"] == "failure"
+    assert by_name["paritybot / pre-commit (default)"]["conclusion"] == "failure"
 
     comments = bot.bot_comments()
     assert len(comments) == 1
@@ -147,7 +147,7 @@ async def test_push_to_default_branch_records_the_reference_used_by_later_prs(bo
     assert await bot.send("push", push) == 202
 
     def baseline_done() -> bool:
-        return bot.store.baseline(REPO, "host") is not None and not bot.service.workers.busy  # type: ignore[union-attr]
+        return bot.store.baseline(REPO, "default") is not None and not bot.service.workers.busy  # type: ignore[union-attr]
 
     await bot.wait_for("the baseline run", baseline_done)
     assert bot.fake.check_runs(REPO) == []  # a baseline reports to no PR

@@ -1,0 +1,66 @@
+"""The repro command posted for a failing test, run as printed, reproduces the failure in the image.
+
+`paritybot check` runs the demo project in a real container; the commands in its report are then
+run in a shell on a fresh directory, exactly as a contributor would paste them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+from docker_support import docker_client, test_image
+
+from bot.demo import BROKEN_TEST
+from bot.models import RunReport, TestOutcome
+
+__all__ = ["docker_client", "test_image"]
+
+
+@pytest.mark.docker
+def test_posted_docker_repro_command_reproduces_the_failure(
+    docker_client: docker.DockerClient, test_image: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "check",
+            "--demo",
+            "--image",
+            test_image,
+            "--gpus",
+            "none",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "runner: docker" in done.stderr
+    report = RunReport.model_validate_json(done.stdout)
+    assert report.runner == "docker" and report.image_ref and report.image_ref.startswith("sha256:")
+    assert report.tests is not None
+    [failed] = [r for r in report.tests.results if r.outcome == TestOutcome.FAILED]
+    assert failed.nodeid == BROKEN_TEST
+    assert any(report.image_ref in command and command.startswith("docker run") for command in failed.repro)
+
+    script = " && ".join(failed.repro)
+    repro = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+    )
+    assert repro.returncode == 1, repro.stdout + repro.stderr
+    assert "1 failed" in repro.stdout and "test_mean_of_halves" in repro.stdout
+    assert "assert 2 == 2.5" in repro.stdout  # the same failure the report shows
+    assert "2.5" in failed.message
