@@ -8,6 +8,7 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +35,13 @@ from bot.models import (
 )
 from handlers.rfc import collect_rfc_inputs, evaluate_rfc
 from runner.base import Runner, RunnerError, Step
-from runner.coverage_map import CoverageMapError, CoverageMapStore, coverage_map_from_step, coverage_step
+from runner.coverage_map import (
+    CoverageMap,
+    CoverageMapError,
+    CoverageMapStore,
+    coverage_map_from_step,
+    coverage_step,
+)
 from runner.docstrings import check_docstrings
 from runner.parity import build_parity, reference_from_config
 from runner.precommit import run_precommit
@@ -47,6 +54,9 @@ from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remov
 log = structlog.get_logger(__name__)
 
 RunnerFactory = Callable[[Environment, str], Awaitable[Runner]]
+
+# How far back from a PR's merge base to look for a coverage map (first-parent commits).
+MAP_SEARCH_DEPTH = 200
 
 
 @dataclass
@@ -220,9 +230,28 @@ class Pipeline:
                 tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
             )
         assert ws.base_sha is not None
-        store = CoverageMapStore(self._coverage_dir())
-        cov = store.load(ws.base_sha) if self.config.tests.use_coverage_map else None
+        cov = self._nearest_coverage_map(ws) if self.config.tests.use_coverage_map else None
         return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, cov)
+
+    def _nearest_coverage_map(self, ws: Workspace) -> CoverageMap | None:
+        """The map of the merge base, or of its nearest first-parent ancestor that has one.
+
+        Maps are built per push to the default branch, so a PR's merge base is often a commit
+        between two of them; the selection then measures the change from the map's commit.
+        """
+        assert ws.base_sha is not None
+        store = CoverageMapStore(self._coverage_dir())
+        history = subprocess.run(
+            ["git", "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha],
+            cwd=ws.path,
+            capture_output=True,
+            text=True,
+        )
+        for sha in history.stdout.split() or [ws.base_sha]:
+            cmap = store.load(sha)
+            if cmap is not None:
+                return cmap
+        return None
 
     async def _tests(self, report: RunReport, ws: Workspace) -> TestsResult:
         assert self._runner is not None

@@ -1,0 +1,49 @@
+"""The pipeline's own decisions: which coverage map a PR's selection uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gitrepo import GitRepo
+
+from bot.config import Environment, RepoConfig
+from bot.models import RunRequest
+from runner.coverage_map import CoverageMap, CoverageMapStore
+from runner.host import HostRunner
+from runner.pipeline import Pipeline, PipelineDeps
+from runner.workspace import Workspace
+
+
+def pipeline(tmp_path: Path) -> Pipeline:
+    async def host(environment: Environment, run_id: str) -> HostRunner:
+        return HostRunner()
+
+    deps = PipelineDeps(runner_factory=host, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")
+    request = RunRequest(repo="octo/calc", clone_url="unused", head_sha="0" * 40)
+    return Pipeline(request, RepoConfig(), Environment(name="default"), "run-1", deps)
+
+
+def test_the_nearest_ancestor_with_a_map_is_used(tmp_path: Path) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    mapped = repo.commit({"a.py": "x = 1\n"})
+    between = repo.commit({"a.py": "x = 2\n"})
+    base = repo.commit({"a.py": "x = 3\n"})
+    p = pipeline(tmp_path)
+    store = CoverageMapStore(p._coverage_dir())
+    store.save(
+        mapped, CoverageMap(commit=mapped, tests=["tests/test_a.py::test_x"], files={"a.py": {1: [0]}})
+    )
+
+    found = p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base))
+    assert found is not None and found.commit == mapped
+
+    store.save(between, CoverageMap(commit=between))
+    found = p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base))
+    assert found is not None and found.commit == between
+
+
+def test_no_map_in_the_history_means_none(tmp_path: Path) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit({"a.py": "x = 1\n"})
+    p = pipeline(tmp_path)
+    assert p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base)) is None
