@@ -60,7 +60,7 @@ class Sample:
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> Sample:
-    """The sample package committed once and its suite run once under coverage (shared, read-only)."""
+    """The sample package committed once and its suite run once under coverage (one for the module, read-only)."""
     repo = GitRepo(tmp_path_factory.mktemp("selection") / "repo")
     base = repo.commit(SAMPLE, "base")
     cmap = asyncio.run(build_coverage_map(repo.path, base))
