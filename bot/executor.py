@@ -84,14 +84,8 @@ class RunExecutor:
         config = job.request.config or RepoConfig()
         environment = config.environment(job.environment)
         if environment is None:
-            return RunReport(
-                run_id=job.id,
-                repo=job.repo,
-                pr_number=job.pr_number,
-                head_sha=job.head_sha,
-                environment=job.environment,
-                state=RunState.FAILED,
-                error=f"environment `{job.environment}` is no longer in the config",
+            return job.report_without_results(
+                RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
             )
         baseline_json = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
         deps = PipelineDeps(

@@ -151,15 +151,7 @@ class GitHubReporter:
             done = [j for j in jobs if j.environment == job.environment and j.state == RunState.SUCCEEDED]
             report = self.store.report(done[-1].id) if done else None
         if stage == Stage.DONE and report is None:
-            report = RunReport(
-                run_id=job.id,
-                repo=job.repo,
-                pr_number=job.pr_number,
-                head_sha=job.head_sha,
-                environment=job.environment,
-                state=job.state,
-                error=job.error or "the run ended without results",
-            )
+            report = job.report_without_results(job.state, job.error or "the run ended without results")
         position = self.store.queue_position(job.id) if stage == Stage.QUEUED else None
         return CommentSection(
             environment=job.environment, stage=stage, report=report, queue_position=position

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import structlog
 
 from bot.config import Environment, RepoConfig
-from bot.models import RunReport, RunRequest, RunState
+from bot.models import RunRequest, RunState
 from bot.report import render_check_runs, render_queued_output
 from bot.reporter import GitHubReporter, PrLocks
 from bot.sqlite_store import SQLiteStore
@@ -77,14 +77,8 @@ class Scheduler:
         for job in affected:
             log.info("run cancelled", run_id=job.id, state=job.state.value, head_sha=job.head_sha)
             if reporter is not None and job.state == RunState.CANCELLED and job.check_runs:
-                report = RunReport(
-                    run_id=job.id,
-                    repo=repo,
-                    pr_number=pr_number,
-                    head_sha=job.head_sha,
-                    environment=job.environment,
-                    state=RunState.CANCELLED,
-                    error="superseded by a newer commit before it started",
+                report = job.report_without_results(
+                    RunState.CANCELLED, "superseded by a newer commit before it started"
                 )
                 await reporter.update_check_runs(repo, job.check_runs, render_check_runs(report))
         return affected

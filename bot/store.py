@@ -42,6 +42,18 @@ class Job(BaseModel):
     finished_at: datetime | None = None
     error: str | None = None
 
+    def report_without_results(self, state: RunState, error: str) -> RunReport:
+        """The report of a run that ended before producing results (cancelled, broken)."""
+        return RunReport(
+            run_id=self.id,
+            repo=self.repo,
+            pr_number=self.pr_number,
+            head_sha=self.head_sha,
+            environment=self.environment,
+            state=state,
+            error=error,
+        )
+
 
 class PullState(BaseModel):
     """What the bot remembers about one PR between events."""

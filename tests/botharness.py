@@ -11,13 +11,14 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import payloads
+import pytest
 from aiohttp.test_utils import TestServer
 from fakegithub import FakeGitHub
 from sample_repo import SampleRepo, make_sample_repo, tool_env
@@ -245,3 +246,13 @@ class BotHarness:
         sha = run("rev-parse", "HEAD")
         self.seed_pull(sha)
         return sha
+
+
+@pytest.fixture
+async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarness]:
+    """The bot under test, started, with the demo project as its repository."""
+    harness = await BotHarness.create(fake_github, tmp_path)
+    try:
+        yield harness
+    finally:
+        await harness.stop()

@@ -105,7 +105,7 @@ async def test_a_bad_signature_is_refused_and_not_written(tmp_path: Path) -> Non
 async def test_when_the_writer_dies_nothing_waiting_is_reported_kept_and_it_restarts(tmp_path: Path) -> None:
     log = DeliveryLog(tmp_path / "log", SECRET)
     await log.start()
-    proc = log._proc  # noqa: SLF001
+    proc = log._proc
     assert proc is not None
     # A delivery is on its way when the writer dies: its request must not get a 202.
     waiting = asyncio.ensure_future(log.record("in-flight", "push", b"{}"))

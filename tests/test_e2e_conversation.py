@@ -4,25 +4,14 @@ closing, config errors — real payloads over HTTP, the real bot, the fake GitHu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import payloads
-import pytest
-from botharness import REPO, BotHarness, Gate
+from botharness import REPO, BotHarness, Gate, bot
 from fakegithub import FakeGitHub
 
 from bot.models import RunScope, RunState
-
-
-@pytest.fixture
-async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarness]:
-    harness = await BotHarness.create(fake_github, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.stop()
 
 
 async def comment(
@@ -60,6 +49,9 @@ def replies(bot: BotHarness) -> list[str]:
     from bot.report import STICKY_MARKER
 
     return [c.body for c in bot.bot_comments() if STICKY_MARKER not in c.body]
+
+
+__all__ = ["bot"]  # the fixture, imported for pytest
 
 
 async def test_retest_gpu_by_a_member_reruns_with_reactions(bot: BotHarness) -> None:

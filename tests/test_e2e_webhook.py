@@ -5,26 +5,17 @@ check runs and one sticky comment on the fake GitHub (which checks every request
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import payloads
-import pytest
-from botharness import REPO, SECRET, BotHarness, Gate, host_runner_factory
+from botharness import REPO, SECRET, BotHarness, Gate, bot, host_runner_factory
 from fakegithub import FakeGitHub
 from sample_repo import BROKEN_TEST
 
 from bot.models import RunState
 from bot.report import STICKY_MARKER
 
-
-@pytest.fixture
-async def bot(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[BotHarness]:
-    harness = await BotHarness.create(fake_github, tmp_path)
-    try:
-        yield harness
-    finally:
-        await harness.stop()
+__all__ = ["bot"]  # the fixture, imported for pytest
 
 
 async def test_opened_pr_gets_completed_check_runs_and_one_sticky_comment(bot: BotHarness) -> None:
