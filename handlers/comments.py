@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from typing import Any
 
 import structlog
 from gidgethub import routing, sansio
 
+from bot.config import RepoConfig
 from bot.github_queries import lookup_user_facts
 from bot.models import RunScope
 from handlers.commands import is_new_command, parse_comment, reply_for_errors, usage_text
@@ -20,6 +22,8 @@ from handlers.context import HandlerContext
 from handlers.environments import choose_environments
 from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
 from handlers.trust import (
+    Commenter,
+    TrustDecision,
     commenter_from_payload,
     decide_comment,
     needs_lookup,
@@ -65,22 +69,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     config = await load_config(ctx, repo, number, pull["base"]["ref"])
     if config is None:
         return
-    pr = pr_facts_from_payload(pull)
-    facts = await lookup_user_facts(
-        ctx.gh,
-        repo,
-        needs_lookup(config.trust, commenter.login, commenter.association, is_bot=commenter.is_bot),
-    )
-    author_facts = None
-    if commenter.login.lower() != pr.author_login.lower():
-        author_facts = await lookup_user_facts(
-            ctx.gh,
-            repo,
-            needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot),
-        )
-    decision = decide_comment(
-        config.trust, pr, commenter, await approvals_of(ctx, repo, number), facts, author_facts
-    )
+    decision = await _decide(ctx, config, repo, number, pull, commenter)
     if decision.ignored:
         return
     if not decision.run:
@@ -99,15 +88,13 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     )
     request.comment_id = comment_id
     if command.scope == RunScope.FAILED:
-        state = await asyncio.to_thread(ctx.store.pull_state, repo, number)
-        failed = sorted({n for ids in state.failed_tests.values() for n in ids})
-        if not failed:
+        request.only_tests = await _failed_last_time(ctx, repo, number)
+        if not request.only_tests:
             await ctx.reporter.react(repo, comment_id, "confused")
             await ctx.reporter.reply(
                 repo, number, "No test failed in the last run, so `/retest-gpu failed` has nothing to rerun."
             )
             return
-        request.only_tests = failed
     await ctx.reporter.react(repo, comment_id, "eyes")
     jobs = await start_runs(
         ctx,
@@ -117,3 +104,29 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         explicit_envs=command.envs,
     )
     log.info("retest requested", scope=command.scope.value, runs=len(jobs))
+
+
+async def _decide(
+    ctx: HandlerContext,
+    config: RepoConfig,
+    repo: str,
+    number: int,
+    pull: dict[str, Any],
+    commenter: Commenter,
+) -> TrustDecision:
+    """May this comment run code? Asks GitHub only what the associations leave open."""
+    assert ctx.gh is not None
+    pr = pr_facts_from_payload(pull)
+    lookup = needs_lookup(config.trust, commenter.login, commenter.association, is_bot=commenter.is_bot)
+    facts = await lookup_user_facts(ctx.gh, repo, lookup)
+    author_facts = None
+    if commenter.login.lower() != pr.author_login.lower():
+        lookup = needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot)
+        author_facts = await lookup_user_facts(ctx.gh, repo, lookup)
+    approvals = await approvals_of(ctx, repo, number)
+    return decide_comment(config.trust, pr, commenter, approvals, facts, author_facts)
+
+
+async def _failed_last_time(ctx: HandlerContext, repo: str, number: int) -> list[str]:
+    state = await asyncio.to_thread(ctx.store.pull_state, repo, number)
+    return sorted({nodeid for ids in state.failed_tests.values() for nodeid in ids})
