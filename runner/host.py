@@ -74,6 +74,7 @@ class HostRunner:
         except asyncio.CancelledError:
             # The task running us was cancelled (shutdown): leave no process behind.
             self._kill(proc)
+            await proc.wait()
             raise
         finally:
             self._proc = None

@@ -65,6 +65,10 @@ async def git(
         proc.kill()
         await proc.wait()
         raise WorkspaceError(f"git {args[0]} timed out after {timeout:.0f} s") from None
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.wait()
+        raise
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip().splitlines()
         raise WorkspaceError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
