@@ -259,3 +259,38 @@ async def test_unknown_environment_gets_a_reply(bot: BotHarness) -> None:
     [reply] = replies(bot)
     assert "nope" in reply and "`default`" in reply
     assert bot.store.jobs_for_pr(REPO, 7) == []
+
+
+async def test_a_queued_run_superseded_before_it_starts_ends_cancelled(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    gate = Gate()
+    bot = await BotHarness.create(fake_github, tmp_path, runner=gate.factory())
+    try:
+        bot.fake.set_file(
+            REPO,
+            ".github/paritybot.yml",
+            "environments:\n  - name: a\n  - name: b\n    labels: [b]\n",
+            ref="main",
+        )
+        # One worker: run a holds it while run b waits in the queue.
+        assert await bot.send("pull_request", bot.pr_event("opened", labels=["b"])) == 202
+        await gate.wait_started()
+        new_sha = bot.commit_on_feature("README.md", "newer\n", "docs")
+        assert (
+            await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha, labels=["b"])) == 202
+        )
+        await bot.wait_for("the old runs to be superseded", lambda: len(bot.store.jobs_for_pr(REPO, 7)) == 4)
+        queued_then_cancelled = next(
+            j
+            for j in bot.store.jobs_for_pr(REPO, 7)
+            if j.head_sha == bot.sample.head_sha and j.environment == "b"
+        )
+        assert queued_then_cancelled.state == RunState.CANCELLED and queued_then_cancelled.attempts == 0
+        for check_id in queued_then_cancelled.check_runs.values():
+            assert bot.fake.check_run(check_id).states[-1]["conclusion"] == "cancelled"
+        gate.open()
+        await bot.wait_runs_done(count=4)
+    finally:
+        gate.open()
+        await bot.stop()
