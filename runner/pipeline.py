@@ -136,10 +136,19 @@ class Pipeline:
                 info.image_digest,
                 info.image_ref,
             )
-            if req.kind == RunKind.BASELINE:
-                await self._baseline(report, workspace)
-            else:
-                await self._checks(report, workspace)
+            limit_s = self.environment.timeout_minutes * 60
+            try:
+                async with asyncio.timeout(limit_s):
+                    if req.kind == RunKind.BASELINE:
+                        await self._baseline(report, workspace)
+                    else:
+                        await self._checks(report, workspace)
+            except TimeoutError:
+                await self._runner.cancel()  # the container or process of the step in progress
+                raise RunnerError(
+                    f"the run took longer than the environment's timeout_minutes ({limit_s / 60:g} min) "
+                    "and was stopped; the results so far are shown"
+                ) from None
             report.state = RunState.SUCCEEDED
         except Cancelled:
             report.state = RunState.CANCELLED

@@ -47,3 +47,25 @@ def test_no_map_in_the_history_means_none(tmp_path: Path) -> None:
     base = repo.commit({"a.py": "x = 1\n"})
     p = pipeline(tmp_path)
     assert p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base)) is None
+
+
+async def test_a_run_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
+    from bot.demo import make_demo_repo
+    from bot.models import RunState
+
+    demo = make_demo_repo(tmp_path)
+    slow_setup = Environment(name="default", timeout_minutes=0.02, setup=["sleep 30"])  # 1.2 s
+
+    async def host(environment: Environment, run_id: str) -> HostRunner:
+        return HostRunner()
+
+    deps = PipelineDeps(runner_factory=host, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")
+    request = RunRequest(
+        repo="octo/calc", clone_url=str(demo.path), head_sha=demo.head_sha, base_sha=demo.base_sha
+    )
+    report = await Pipeline(request, RepoConfig(), slow_setup, "run-2", deps).execute()
+    assert report.state == RunState.FAILED
+    assert report.error is not None and "timeout_minutes" in report.error
+    assert report.probe is not None  # what finished before the limit is kept
+    assert report.finished_at is not None and report.started_at is not None
+    assert (report.finished_at - report.started_at).total_seconds() < 20
