@@ -46,6 +46,7 @@ from bot.models import (
     TestOutcome,
     TestsResult,
 )
+from runner.parity import PASTE_ADVICE
 
 log = structlog.get_logger(__name__)
 
@@ -845,8 +846,10 @@ def _parity_table(parity: ParityReport) -> str:
 
 def _parity_section(parity: ParityReport) -> str:
     blocks = [_parity_table(parity)]
-    if parity.advice:
-        blocks.append("\n".join(f"- {_esc(a)}" for a in parity.advice))
+    # The paragraph below says how to paste, with more context than the advice line.
+    advice = [a for a in parity.advice if a != PASTE_ADVICE]
+    if advice:
+        blocks.append("\n".join(f"- {_esc(a)}" for a in advice))
     if not parity.contributor_pasted:
         blocks.append(
             "The **yours** column is empty because the PR description has no environment in it. To "

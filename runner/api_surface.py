@@ -20,11 +20,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from bot.models import Model
 
 
 class ObjectKind(StrEnum):
@@ -46,13 +44,13 @@ _POSITIONAL = (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD)
 
 
-class ApiParam(_Model):
+class ApiParam(Model):
     name: str
     kind: ParamKind
     has_default: bool = False
 
 
-class ApiObject(_Model):
+class ApiObject(Model):
     """One public function, class, method or property of a module."""
 
     qualname: str = Field(description="module-qualified, e.g. pkg.mod.Class.method")
@@ -403,7 +401,7 @@ class ApiChangeKind(StrEnum):
     PARAMETER_MOVED = "parameter_moved"
 
 
-class ApiChange(_Model):
+class ApiChange(Model):
     """One change to the public API that can break callers."""
 
     kind: ApiChangeKind

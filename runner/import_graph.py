@@ -21,7 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from bot.models import Model
 
 # Pseudo-symbols: the module's own top-level code, and "the module as a whole" (``import pkg.ops as m``
 # followed by ``m`` passed around, or a name the module does not define statically).
@@ -51,10 +53,6 @@ SKIP_DIRS = {
 _DOTTED_STRING = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class SymbolKind(StrEnum):
     FUNCTION = "function"
     CLASS = "class"
@@ -63,7 +61,7 @@ class SymbolKind(StrEnum):
     BODY = "body"  # module-level code that binds nothing (registrations, checks, side effects)
 
 
-class Symbol(_Model):
+class Symbol(Model):
     """A top-level name of a module (a class counts as one symbol with all its methods)."""
 
     name: str
@@ -74,7 +72,7 @@ class Symbol(_Model):
     bases: list[str] = Field(default_factory=list, description="base classes as written (classes only)")
 
 
-class ModuleInfo(_Model):
+class ModuleInfo(Model):
     path: str = Field(description="repository-relative, forward slashes")
     name: str = Field(description="dotted module name")
     is_package: bool = False
@@ -86,14 +84,14 @@ class ModuleInfo(_Model):
     error: str | None = Field(None, description="why the source could not be parsed")
 
 
-class SymbolKey(_Model):
+class SymbolKey(Model):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
     name: str
 
 
-class Reach(_Model):
+class Reach(Model):
     """How a test reaches a changed symbol: the chain of symbols from the test to the change."""
 
     test: SymbolKey
@@ -373,7 +371,7 @@ def analyze_module(path: str, name: str, source: str, *, is_test: bool = False) 
 # --- Line structure (what a changed line belongs to) -------------------------------------------------
 
 
-class LineInfo(_Model):
+class LineInfo(Model):
     """What a source line is, for mapping changed lines onto coverage and symbols."""
 
     statement: dict[int, int] = Field(

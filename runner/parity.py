@@ -49,6 +49,12 @@ _SEPARATORS = re.compile(r"[-_]+")
 # --- version comparison ---------------------------------------------------------------------------
 
 
+PASTE_ADVICE = (
+    "No environment was pasted: add the output of `python -m torch.utils.collect_env` to the "
+    "PR description (inside a ``` block) so this table can compare your setup with CI's."
+)
+
+
 def _split_local(version: str) -> tuple[str, str | None]:
     public, sep, local = version.strip().lower().partition("+")
     # pip writes cpu-cxx11-abi as cpu.cxx11.abi; compare the two spellings as one.
@@ -296,10 +302,7 @@ def build_parity(
 
     advice: list[str] = []
     if contributor is None:
-        advice.append(
-            "No environment was pasted: add the output of `python -m torch.utils.collect_env` to the "
-            "PR description (inside a ``` block) so this table can compare your setup with CI's."
-        )
+        advice.append(PASTE_ADVICE)
     else:
         ci = _ci_facts(reference, this_run)
         backend = _backend_advice(contributor, ci) if ci is not None else None
