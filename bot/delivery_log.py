@@ -28,6 +28,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
@@ -97,7 +98,18 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
 # write failed.
 
 FRAME = struct.Struct(">HHHI")
-ACCEPTED, REJECTED, FAILED = b"1", b"0", b"E"
+ACCEPTED, REJECTED, NOT_JSON, FAILED = b"1", b"0", b"J", b"E"
+
+
+class Outcome(StrEnum):
+    """What the delivery log did with one delivery."""
+
+    ACCEPTED = "accepted"  # durably on disk
+    BAD_SIGNATURE = "bad signature"  # not written
+    NOT_JSON = "not a JSON object"  # signed, but not written: nothing could dispatch it
+
+
+_OUTCOMES = {ACCEPTED[0]: Outcome.ACCEPTED, REJECTED[0]: Outcome.BAD_SIGNATURE, NOT_JSON[0]: Outcome.NOT_JSON}
 PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size
 
 
@@ -155,7 +167,7 @@ class DeliveryLog:
         self.secret = secret
         self._segment_bytes = segment_bytes
         self._proc: asyncio.subprocess.Process | None = None
-        self._waiting: deque[asyncio.Future[bool]] = deque()
+        self._waiting: deque[asyncio.Future[Outcome]] = deque()
         self._reader: asyncio.Task[None] | None = None
         self._broken: str | None = None
         self._restart_lock = asyncio.Lock()
@@ -180,18 +192,20 @@ class DeliveryLog:
         self._broken = None
         self._reader = asyncio.create_task(self._read_answers(), name="delivery-log-answers")
 
-    async def record(self, delivery_id: str, event: str, body: bytes, signature: str | None = None) -> bool:
-        """Append one delivery; True once it is on disk, False when ``signature`` does not match.
+    async def record(
+        self, delivery_id: str, event: str, body: bytes, signature: str | None = None
+    ) -> Outcome:
+        """Append one delivery; ACCEPTED once it is on disk.
 
-        ``signature`` is the ``X-Hub-Signature-256`` header, checked by the writer; None means the
-        caller verified it already.
+        The writer checks ``signature`` (the ``X-Hub-Signature-256`` header; None means the caller
+        verified it) first, then that the body is a JSON object; it writes only what passes both.
         """
         if self._proc is None or self._proc.stdin is None:
             raise OSError("the delivery log is not running")
         if self._broken:
             await self._restart()
         assert self._proc.stdin is not None
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting.append(fut)
         stdin = self._proc.stdin
         stdin.write(encode_frame(delivery_id, event, body, signature))
@@ -215,7 +229,7 @@ class DeliveryLog:
                     fut.set_exception(OSError("the delivery log could not write to disk"))
                 else:
                     accepted |= answer == ACCEPTED[0]
-                    fut.set_result(answer == ACCEPTED[0])
+                    fut.set_result(_OUTCOMES[answer])
             if accepted:
                 self.recorded.set()
         # The writer is gone: nothing waiting was acknowledged, so nothing may be reported as kept.

@@ -54,6 +54,13 @@ def check_delivery(headers: Mapping[str, str], body: bytes, secret: bytes) -> In
 
 def check_unsigned(headers: Mapping[str, str], body: bytes) -> IncomingDelivery:
     """Every rule but the signature: the headers, the content type, a body that is a JSON object."""
+    delivery = check_headers(headers, body)
+    check_json_object(delivery.body)
+    return delivery
+
+
+def check_headers(headers: Mapping[str, str], body: bytes) -> IncomingDelivery:
+    """The headers and the content type; a form-encoded body is unwrapped to its JSON payload."""
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not event.replace("_", "").isalnum() or len(event) > 64:
@@ -68,8 +75,12 @@ def check_unsigned(headers: Mapping[str, str], body: bytes) -> IncomingDelivery:
         body = payload[0].encode()
     elif content_type != "application/json":
         raise IntakeError(400, f"unsupported Content-Type {content_type!r}; use application/json")
-    # simdjson validates the whole document (structure and UTF-8) in a few microseconds; the
-    # dispatcher builds Python objects from it later, outside the request.
+    return IncomingDelivery(delivery_id=delivery_id, event=event, body=body)
+
+
+def check_json_object(body: bytes | memoryview) -> None:
+    """The body must be a JSON object. simdjson validates the whole document (structure and
+    UTF-8) in a few microseconds; the dispatcher builds Python objects from it later."""
     try:
         parsed = _json_parser().parse(body)
     except ValueError as exc:
@@ -77,7 +88,6 @@ def check_unsigned(headers: Mapping[str, str], body: bytes) -> IncomingDelivery:
     if not isinstance(parsed, simdjson.Object):
         raise IntakeError(400, "body is not a JSON object")
     del parsed  # the parser's buffer is reused by the next call
-    return IncomingDelivery(delivery_id=delivery_id, event=event, body=body)
 
 
 def is_form_encoded(headers: Mapping[str, str]) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from bot.delivery_log import (
     ACCEPTED,
     FAILED,
+    NOT_JSON,
     PIPE_BYTES,
     REJECTED,
     Frame,
@@ -27,6 +28,7 @@ from bot.delivery_log import (
     segments,
     signed,
 )
+from bot.intake import IntakeError, check_json_object
 
 
 class SegmentWriter:
@@ -119,13 +121,14 @@ def serve(stdin: int, stdout: int, writer: SegmentWriter) -> None:
         frames = inbox.frames()
         if not frames:
             continue
-        ok = [f.signature is None or signed(secret, f.body, f.signature) for f in frames]
+        verdicts = [_verdict(secret, f) for f in frames]
         parts = [
             part
-            for f, good in zip(frames, ok, strict=True)
-            if good
+            for f, verdict in zip(frames, verdicts, strict=True)
+            if verdict == ACCEPTED
             for part in encode_parts(f.delivery_id, f.event, f.body)
         ]
+
         answer = FAILED
         try:
             if parts:
@@ -134,7 +137,18 @@ def serve(stdin: int, stdout: int, writer: SegmentWriter) -> None:
         except OSError as exc:
             print(f"delivery log write failed: {exc}", file=sys.stderr)
         del parts, frames  # release the views into the inbox before it is reused
-        os.write(stdout, b"".join(answer if good else REJECTED for good in ok))
+        os.write(stdout, b"".join(answer if verdict == ACCEPTED else verdict for verdict in verdicts))
+
+
+def _verdict(secret: bytes, frame: Frame) -> bytes:
+    """Signature first: an unsigned request learns nothing about what else is wrong with it."""
+    if frame.signature is not None and not signed(secret, frame.body, frame.signature):
+        return REJECTED
+    try:
+        check_json_object(frame.body)
+    except IntakeError:
+        return NOT_JSON
+    return ACCEPTED
 
 
 def main(argv: list[str]) -> int:

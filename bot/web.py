@@ -8,12 +8,12 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from bot.delivery_log import DeliveryLog
+from bot.delivery_log import DeliveryLog, Outcome
 from bot.intake import (
     MAX_BODY_BYTES,
     IntakeError,
     check_delivery,
-    check_unsigned,
+    check_headers,
     is_form_encoded,
     verify_signature,
 )
@@ -30,7 +30,7 @@ async def webhook(request: web.Request) -> web.Response:
     signature = headers.get("X-Hub-Signature-256")
     verified = False
     try:
-        delivery = check_unsigned(headers, body)
+        delivery = check_headers(headers, body)
         if delivery.event == "ping" or is_form_encoded(headers):
             # Rare deliveries: verified here, before anything else is said about them.
             delivery = check_delivery(headers, body, secret)
@@ -44,16 +44,18 @@ async def webhook(request: web.Request) -> web.Response:
     if not verified and (signature is None or not signature.startswith("sha256=")):
         return _rejected(request, 401, SIGNATURE_ERROR)
     try:
-        # The log's writer thread checks the signature (hashing releases the GIL, so it runs
-        # beside this loop) and appends only what is signed.
-        accepted = await request.app[DELIVERY_LOG_KEY].record(
+        # The log's writer process checks the signature and the JSON, beside this loop, and
+        # appends only what passes both.
+        outcome = await request.app[DELIVERY_LOG_KEY].record(
             delivery.delivery_id, delivery.event, delivery.body, signature=None if verified else signature
         )
     except Exception:
         log.exception("delivery not recorded", delivery_id=delivery.delivery_id)
         return web.json_response({"error": "could not record the delivery; redeliver it"}, status=503)
-    if not accepted:
+    if outcome == Outcome.BAD_SIGNATURE:
         return _rejected(request, 401, SIGNATURE_ERROR)
+    if outcome == Outcome.NOT_JSON:
+        return _rejected(request, 400, "body is not a JSON object")
     # A redelivery is acknowledged too; the store drops it by its delivery id before dispatch.
     return web.Response(status=202, text="accepted")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.delivery_log import DeliveryLog, decode_from, encode, segments
+from bot.delivery_log import DeliveryLog, Outcome, decode_from, encode, segments
 from bot.sqlite_store import SQLiteStore
 
 SECRET = b"log-secret"
@@ -93,9 +93,21 @@ async def test_a_bad_signature_is_refused_and_not_written(tmp_path: Path) -> Non
     await log.start()
     body = b'{"action": "opened"}'
     good = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
-    assert await log.record("good", "pull_request", body, signature=good) is True
-    assert await log.record("forged", "pull_request", body, signature="sha256=" + "0" * 64) is False
-    assert await log.record("wrong-scheme", "pull_request", body, signature="sha1=abc") is False
+    assert await log.record("good", "pull_request", body, signature=good) == Outcome.ACCEPTED
+    assert (
+        await log.record("forged", "pull_request", body, signature="sha256=" + "0" * 64)
+        == Outcome.BAD_SIGNATURE
+    )
+    assert (
+        await log.record("wrong-scheme", "pull_request", body, signature="sha1=abc") == Outcome.BAD_SIGNATURE
+    )
+    not_json = b'{"truncated'
+    signed_not_json = "sha256=" + hmac.new(SECRET, not_json, hashlib.sha256).hexdigest()
+    assert await log.record("not-json", "push", not_json, signature=signed_not_json) == Outcome.NOT_JSON
+    assert (
+        await log.record("unsigned-not-json", "push", not_json, signature="sha256=" + "0" * 64)
+        == Outcome.BAD_SIGNATURE
+    )
     await log.stop()
     store = SQLiteStore(tmp_path / "bot.db")
     store.ingest_deliveries(tmp_path / "log")
@@ -113,7 +125,7 @@ async def test_when_the_writer_dies_nothing_waiting_is_reported_kept_and_it_rest
     with pytest.raises(OSError):
         await waiting
     # The next delivery gets a new writer, in a new segment.
-    assert await log.record("after-restart", "push", b"{}") is True
+    assert await log.record("after-restart", "push", b"{}") == Outcome.ACCEPTED
     await log.stop()
     store = SQLiteStore(tmp_path / "bot.db")
     store.ingest_deliveries(tmp_path / "log")
