@@ -39,6 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--demo", action="store_true", help="check a built-in sample project (no checkout needed)")
     c.add_argument("--json", action="store_true", help="print the run report as JSON instead")
 
+    m = sub.add_parser(
+        "coverage-map", help="record a commit's per-test coverage map, for `check` and `select-tests`"
+    )
+    m.add_argument("--repo", type=Path, default=Path("."))
+    m.add_argument("--rev", default="HEAD", help="the commit to map (default: HEAD)")
+    m.add_argument("--env", dest="environment", help="environment name from the config")
+    m.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+
     cfg = sub.add_parser("config", help="the repository config (.github/paritybot.yml)")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
     v = cfg_sub.add_parser("validate", help="check a config file")
@@ -74,12 +82,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command != "serve":
+        configure_logging("console", "warning")  # stdout is the command's own output
     if args.command == "serve":
         return _serve(args)
     if args.command == "check":
         return _check(args)
     if args.command == "config":
         return _config(args)
+    if args.command == "coverage-map":
+        return _coverage_map(args)
     if args.command == "env":
         from bot.collect_env import env_parse_main
 
@@ -143,6 +155,37 @@ def _check(args: argparse.Namespace) -> int:
         print("demo: the sample change fails its checks, as intended", file=sys.stderr)
         return 0
     return code
+
+
+def _coverage_map(args: argparse.Namespace) -> int:
+    from bot.app import runner_factory
+    from bot.local_check import CheckError, run_local_check
+    from bot.models import RunKind, RunState
+    from runner.selection import default_coverage_dir
+
+    configure_logging("console", "warning")
+    try:
+        report = asyncio.run(
+            run_local_check(
+                args.repo,
+                base=None,
+                head=args.rev,
+                runner_factory=runner_factory(args.runner),
+                environment=args.environment,
+                kind=RunKind.BASELINE,
+            )
+        )
+    except CheckError as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
+    if report.state != RunState.SUCCEEDED or report.error:
+        print(
+            f"paritybot: no coverage map for {args.rev}: {report.error or report.state.value}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"coverage map of {report.head_sha[:12]} recorded in {default_coverage_dir(args.repo.resolve())}")
+    return 0
 
 
 def _gpus(value: str | None) -> str | int | list[str] | None:

@@ -23,9 +23,10 @@ from bot.config import (
     format_config_errors,
     parse_repo_config,
 )
-from bot.models import RunReport, RunRequest
+from bot.models import RunKind, RunReport, RunRequest
 from bot.report import Stage, Verdict, render_comment, verdict
 from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+from runner.selection import default_coverage_dir
 
 
 class CheckError(Exception):
@@ -76,12 +77,20 @@ async def run_local_check(
     work_dir: Path | None = None,
     image: str | None = None,
     gpus: str | int | list[str] | None = None,
+    kind: RunKind = RunKind.PULL_REQUEST,
 ) -> RunReport:
+    """Run the pipeline on ``head`` of a local checkout.
+
+    A PULL_REQUEST run checks the change from ``base``; a BASELINE run records ``head``'s per-test
+    coverage map where later checks and `paritybot select-tests` find it (``.paritybot/coverage``).
+    """
     repo = repo.resolve()
     if not (repo / ".git").exists():
         _git(repo, "rev-parse", "--git-dir")  # a worktree or a subdirectory: let git decide
     head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}")
-    base_sha = _git(repo, "rev-parse", "--verify", f"{base or default_base(repo)}^{{commit}}")
+    base_sha = None
+    if kind == RunKind.PULL_REQUEST:
+        base_sha = _git(repo, "rev-parse", "--verify", f"{base or default_base(repo)}^{{commit}}")
     if _git(repo, "status", "--porcelain", "--untracked-files=no"):
         print("note: uncommitted changes are not checked; commit them to include them", file=sys.stderr)
     try:
@@ -102,6 +111,7 @@ async def run_local_check(
         except ValidationError as exc:
             raise CheckError("; ".join(format_config_errors(exc))) from None
     request = RunRequest(
+        kind=kind,
         repo=repo.name,
         clone_url=str(repo),
         head_sha=head_sha,
@@ -111,7 +121,10 @@ async def run_local_check(
     )
     root = work_dir or Path(tempfile.mkdtemp(prefix="paritybot-check-"))
     deps = PipelineDeps(
-        runner_factory=runner_factory, workspace_root=root / "workspaces", cache_root=root / "cache"
+        runner_factory=runner_factory,
+        workspace_root=root / "workspaces",
+        cache_root=root / "cache",
+        coverage_dir=default_coverage_dir(repo),
     )
     return await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
 

@@ -68,6 +68,7 @@ class PipelineDeps:
     baseline: EnvFacts | None = None  # the CI reference probe recorded on the default branch
     keep_workspace: bool = False
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    coverage_dir: Path | None = None  # where coverage maps live; default: under cache_root
 
 
 class Cancelled(Exception):
@@ -333,6 +334,8 @@ class Pipeline:
     # --- the default branch: the CI reference and the coverage map ----------------------------------
 
     def _coverage_dir(self) -> Path:
+        if self.deps.coverage_dir is not None:
+            return self.deps.coverage_dir
         return self.deps.cache_root / "coverage" / self.request.repo.replace("/", "__")
 
     async def _baseline(self, report: RunReport, ws: Workspace) -> None:

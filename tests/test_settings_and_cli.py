@@ -84,3 +84,28 @@ def test_check_outside_a_repository_is_a_clear_error(tmp_path: Path) -> None:
     done = run_cli("check", "--repo", str(tmp_path), "--runner", "host")
     assert done.returncode == 2
     assert done.stderr.startswith("paritybot: git") and "Traceback" not in done.stderr
+
+
+def test_a_recorded_coverage_map_drives_select_tests_and_check(tmp_path: Path) -> None:
+    from bot.demo import BROKEN_TEST, make_demo_repo
+
+    demo = make_demo_repo(tmp_path)
+    done = run_cli("coverage-map", "--repo", str(demo.path), "--rev", demo.base_sha, "--runner", "host")
+    assert done.returncode == 0, done.stderr
+    assert "coverage map of" in done.stdout
+
+    selected = run_cli(
+        "select-tests", "--repo", str(demo.path), "--base", "main", "--head", "feature", "--json"
+    )
+    assert selected.returncode == 0, selected.stderr
+    doc = json.loads(selected.stdout)
+    assert doc["coverage_map"] == demo.base_sha
+    by_id = {t["nodeid"]: t["reasons"] for t in doc["tests"]}
+    assert any("covers src/calc/stats.py" in r for r in by_id[BROKEN_TEST])
+    assert "tests/test_text.py::test_initials" not in by_id  # untouched code's tests are not selected
+
+    checked = run_cli(
+        "check", "--repo", str(demo.path), "--base", "main", "--head", "feature", "--runner", "host"
+    )
+    assert checked.returncode == 1  # the change breaks a test
+    assert "covers src/calc/stats.py" in checked.stdout
