@@ -22,6 +22,7 @@ from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
 log = structlog.get_logger(__name__)
 
 REACTION_PASSED = "rocket"
+QUEUE_REFRESH_LIMIT = 10  # waiting PRs whose summaries are refreshed when a run starts
 REACTION_FAILED = "confused"
 
 
@@ -54,6 +55,7 @@ class RunExecutor:
     async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
         reporter, token = await self._reporter(job)
         pr = job.pr_number
+        await _reported("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
@@ -79,6 +81,24 @@ class RunExecutor:
                 good = report.state == RunState.SUCCEEDED and not _has_failures(report)
                 content = REACTION_PASSED if good else REACTION_FAILED
                 await _reported("reaction", reporter.react(job.repo, job.request.comment_id, content))
+
+    async def _refresh_waiting(self, started: Job) -> None:
+        """Everyone behind a run that starts moved up one place: their summaries say so.
+
+        Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
+        API calls per started run; the rest catch up as the queue moves.
+        """
+        if self.app is None:
+            return
+        queued = await asyncio.to_thread(self.store.jobs_in_state, RunState.QUEUED)
+        waiting: dict[tuple[str, int], Job] = {}
+        for other in queued:
+            if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
+                waiting.setdefault((other.repo, other.pr_number), other)
+        for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
+            reporter, _ = await self._reporter(other)
+            if reporter is not None:
+                await reporter.refresh_summary(repo, number)
 
     async def _execute(self, job: Job, cancel: asyncio.Event, token: str | None) -> RunReport:
         config = job.request.config or RepoConfig()
