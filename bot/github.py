@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,40 @@ log = structlog.get_logger(__name__)
 
 USER_AGENT = "paritybot"
 REFRESH_MARGIN_S = 300
+
+
+# Requests that may be sent again without doing anything twice; a POST (a comment, a check run)
+# may have been carried out before its connection failed, so it is never repeated.
+RETRYABLE_METHODS = frozenset({"GET", "PATCH", "PUT", "DELETE"})
+RETRYABLE_STATUSES = frozenset({502, 503, 504})
+RETRY_DELAYS_S = (0.5, 2.0)
+
+
+class RetryingGitHubAPI(GitHubAPI):
+    """gidgethub's client, retrying idempotent requests after a gateway error or a dropped connection.
+
+    GitHub answers 502/503/504 now and then under load; a run's result must not be lost to one.
+    """
+
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        retryable = method.upper() in RETRYABLE_METHODS
+        for delay in (*RETRY_DELAYS_S, None):
+            try:
+                status, response_headers, data = await super()._request(method, url, headers, body)
+            except aiohttp.ClientConnectionError:
+                if not retryable or delay is None:
+                    raise
+                log.warning("GitHub connection failed; retrying", method=method, delay_s=delay)
+            else:
+                if not (retryable and status in RETRYABLE_STATUSES) or delay is None:
+                    return status, response_headers, data
+                log.warning(
+                    "GitHub answered a gateway error; retrying", method=method, status=status, delay_s=delay
+                )
+            await self.sleep(delay)
+        raise AssertionError("unreachable")
 
 
 class GitHubApp:
@@ -46,7 +81,7 @@ class GitHubApp:
         self._slug: str | None = None
 
     def _api(self, token: str | None = None) -> GitHubAPI:
-        return GitHubAPI(self._session, USER_AGENT, oauth_token=token, base_url=self.api_url)
+        return RetryingGitHubAPI(self._session, USER_AGENT, oauth_token=token, base_url=self.api_url)
 
     def jwt(self) -> str:
         return apps.get_jwt(app_id=str(self.app_id), private_key=self._private_key)

@@ -7,7 +7,9 @@ import json
 from datetime import timedelta
 
 import aiohttp
+import gidgethub
 import payloads
+import pytest
 import structlog
 from aiohttp.test_utils import TestServer
 from fakegithub import FakeGitHub
@@ -72,3 +74,28 @@ async def test_a_body_over_25_mib_gets_413(tmp_path) -> None:  # type: ignore[no
     finally:
         await server.close()
         await log.stop()
+
+
+async def test_idempotent_requests_are_retried_after_a_gateway_error(fake_github: FakeGitHub) -> None:
+    fake_github.add_repo("octo-org/calc", installation_id=1)
+    fake_github.add_pull("octo-org/calc", 7, head_sha="a" * 40)
+    comment = fake_github.add_comment("octo-org/calc", 7, "hello")
+    async with aiohttp.ClientSession() as session:
+        app = GitHubApp(session, fake_github.app_id, fake_github.private_key_pem, fake_github.url)
+        gh = await app.client(1)
+        gh.sleep = _no_wait  # type: ignore[method-assign]
+        fake_github.fail("GET", "/repos/octo-org/calc/pulls/7", 502, times=2)
+        pull = await gh.getitem("/repos/octo-org/calc/pulls/7")
+        assert pull["number"] == 7
+        fake_github.fail("PATCH", f"/repos/octo-org/calc/issues/comments/{comment.id}", 503, times=1)
+        await gh.patch(f"/repos/octo-org/calc/issues/comments/{comment.id}", data={"body": "edited"})
+        assert fake_github.comment(comment.id).body == "edited"
+        # A POST is never repeated: it may have been carried out before the error.
+        fake_github.fail("POST", "/repos/octo-org/calc/issues/7/comments", 502, times=1)
+        with pytest.raises(gidgethub.GitHubBroken):
+            await gh.post("/repos/octo-org/calc/issues/7/comments", data={"body": "once"})
+        assert [c.body for c in fake_github.comments("octo-org/calc", 7)] == ["edited"]
+
+
+async def _no_wait(seconds: float) -> None:
+    return None
