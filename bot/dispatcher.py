@@ -25,6 +25,7 @@ log = structlog.get_logger(__name__)
 
 ContextFactory = Callable[[sansio.Event], Awaitable[Any]]
 MAX_DELIVERY_ATTEMPTS = 3
+RETRY_BASE_DELAY_S = 5.0
 
 
 class Dispatcher:
@@ -36,7 +37,9 @@ class Dispatcher:
         log_dir: Path,
         wake: asyncio.Event | None = None,
         poll_interval: float = 1.0,
+        retry_base_delay_s: float = RETRY_BASE_DELAY_S,
     ):
+        self.retry_base_delay_s = retry_base_delay_s
         self._store = store
         self._log_dir = log_dir
         self._router = router
@@ -92,7 +95,11 @@ class Dispatcher:
             if status == "failed":
                 await asyncio.to_thread(self._store.finish_delivery, delivery.delivery_id, status, repr(exc))
             else:
-                await asyncio.to_thread(self._store.retry_delivery_later, delivery.delivery_id, repr(exc))
+                # GitHub's hiccups pass: wait longer after each failure (5 s, then 20 s).
+                delay = self.retry_base_delay_s * 4 ** (attempts - 1)
+                await asyncio.to_thread(
+                    self._store.retry_delivery_later, delivery.delivery_id, repr(exc), delay
+                )
         else:
             await asyncio.to_thread(self._store.finish_delivery, delivery.delivery_id, "dispatched")
             log.info("delivery handled")

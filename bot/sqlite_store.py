@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.delivery_log import ingest
@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     received_at TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'received',
     attempts INTEGER NOT NULL DEFAULT 0,
-    error TEXT
+    error TEXT,
+    not_before TEXT
 );
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries(status) WHERE status = 'received';
 CREATE TABLE IF NOT EXISTS intake_position (
@@ -149,8 +150,8 @@ class SQLiteStore:
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         rows = self._query(
             "SELECT delivery_id, event, body, received_at, attempts FROM deliveries "
-            "WHERE status = 'received' ORDER BY rowid LIMIT ?",
-            (limit,),
+            "WHERE status = 'received' AND (not_before IS NULL OR not_before <= ?) ORDER BY rowid LIMIT ?",
+            (_now(), limit),
         )
         return [
             Delivery(
@@ -170,11 +171,13 @@ class SQLiteStore:
                 (status, error, delivery_id),
             )
 
-    def retry_delivery_later(self, delivery_id: str, error: str) -> None:
+    def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
+        """Count a failed attempt; the delivery is pending again once ``delay_s`` has passed."""
+        not_before = (datetime.now(UTC) + timedelta(seconds=delay_s)).isoformat()
         with self._tx() as c:
             c.execute(
-                "UPDATE deliveries SET attempts = attempts + 1, error = ? WHERE delivery_id = ?",
-                (error, delivery_id),
+                "UPDATE deliveries SET attempts = attempts + 1, error = ?, not_before = ? WHERE delivery_id = ?",
+                (error, not_before, delivery_id),
             )
 
     def delivery_status(self, delivery_id: str) -> str | None:

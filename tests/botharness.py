@@ -133,7 +133,10 @@ class BotHarness:
 
     async def start(self) -> None:
         self.service = await build_service(self.settings(), runner=self.runner)
-        self.service.workers._poll = 0.1
+        # Tests need not wait a second per poll, nor seconds before a retry.
+        self.service.workers._poll = self.service.workers._cancel_poll = 0.1
+        self.service.dispatcher._poll = 0.1
+        self.service.dispatcher.retry_base_delay_s = 0.2
         await start_service(self.service)
         self.server = TestServer(self.service.web_app)
         await self.server.start_server()

@@ -154,3 +154,12 @@ async def test_push_to_default_branch_records_the_reference_used_by_later_prs(bo
     # The parity table's CI reference is the probe recorded on the default branch.
     python_row = next(r for r in report.parity.rows if r.field == "python")
     assert python_row.reference is not None and python_row.reference == python_row.this_run
+
+
+async def test_a_delivery_whose_handling_hits_a_github_error_is_retried(bot: BotHarness) -> None:
+    # GitHub fails the config lookup once: the delivery is handled again a moment later.
+    bot.fake.fail("GET", f"/repos/{REPO}/contents/.github/paritybot.yml", 500, times=1)
+    assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+    await bot.wait_runs_done()
+    assert len(bot.store.jobs_for_pr(REPO, 7)) == 1
+    assert bot.store.delivery_status_count("dispatched") == 1
