@@ -84,10 +84,12 @@ class WorkerPool:
             await self._execute(job, cancel)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            # The executor records its own failures; this is the last line of defence.
+        except Exception as exc:
+            # The executor records its own failures; this is the last line of defence (GitHub
+            # unreachable before the run could start, say), and the summary shows the error.
             log.exception("run executor crashed")
-            await asyncio.to_thread(self._store.finish, job.id, RunState.FAILED, None, "internal error")
+            error = f"the run could not be carried out: {type(exc).__name__}: {exc}"
+            await asyncio.to_thread(self._store.finish, job.id, RunState.FAILED, None, error)
         finally:
             self.busy -= 1
             watcher.cancel()
