@@ -111,6 +111,7 @@ class Outcome(StrEnum):
 
 _OUTCOMES = {ACCEPTED[0]: Outcome.ACCEPTED, REJECTED[0]: Outcome.BAD_SIGNATURE, NOT_JSON[0]: Outcome.NOT_JSON}
 PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size
+STOP_TIMEOUT_S = 10.0
 
 
 def encode_frame(delivery_id: str, event: str, body: bytes, signature: str | None) -> bytes:
@@ -249,12 +250,23 @@ class DeliveryLog:
                 await self._proc.wait()
             await self.start()
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Close the writer's input and wait for it to finish what it has; kill it past the timeout.
+
+        Whatever it had not answered for by then was never acknowledged, so nothing is lost that
+        GitHub was told is kept.
+        """
         if self._proc is None:
             return
         if self._proc.stdin is not None:
             self._proc.stdin.close()
-        await self._proc.wait()
+        try:
+            await asyncio.wait_for(self._proc.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("the delivery log writer did not stop in time; killing it", timeout_s=timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            await self._proc.wait()
         if self._reader is not None:
             await self._reader
         self._proc = None
