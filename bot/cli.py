@@ -125,11 +125,10 @@ def _check(args: argparse.Namespace) -> int:
         print(f"demo: a sample project at {demo.path}, checking its last commit", file=sys.stderr)
     pr_body = ""
     if args.pr_body is not None:
-        try:
-            pr_body = args.pr_body.read_text()
-        except OSError as exc:
-            print(f"paritybot: {args.pr_body}: {exc.strerror}", file=sys.stderr)
+        text = _read_text(args.pr_body)
+        if text is None:
             return 2
+        pr_body = text
     try:
         report = asyncio.run(
             run_local_check(
@@ -188,6 +187,15 @@ def _coverage_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text(path: Path) -> str | None:
+    """A file the user named; None (after one line saying why) when it cannot be read."""
+    try:
+        return path.read_text()
+    except OSError as exc:
+        print(f"paritybot: {path}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
 def _gpus(value: str | None) -> str | int | list[str] | None:
     if value is None or value in ("all", "none"):
         return value
@@ -200,10 +208,8 @@ def _config(args: argparse.Namespace) -> int:
     if args.config_command == "schema":
         print(json.dumps(RepoConfig.model_json_schema(), indent=2))
         return 0
-    try:
-        text = args.file.read_text()
-    except OSError as exc:
-        print(f"paritybot: {args.file}: {exc.strerror}", file=sys.stderr)
+    text = _read_text(args.file)
+    if text is None:
         return 2
     try:
         config = parse_repo_config(text, str(args.file))

@@ -1036,17 +1036,8 @@ def render_awaiting_approval_output(
     environment: str, *, reason: str, kinds: Sequence[CheckKind] = CHECK_KINDS
 ) -> list[CheckRunOutput]:
     """``action_required``: nothing runs until someone trusted approves this commit."""
-    return [
-        CheckRunOutput(
-            kind=k,
-            name=check_run_name(k, environment),
-            status="completed",
-            conclusion="action_required",
-            title="Waiting for approval",
-            summary=limits.truncate(reason, limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN),
-        )
-        for k in kinds
-    ]
+    summary = limits.truncate(reason, limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN)
+    return _completed_before_running(environment, kinds, "action_required", "Waiting for approval", summary)
 
 
 def render_config_error_output(
@@ -1062,13 +1053,20 @@ def render_config_error_output(
         f"paritybot could not read {_code(path)}, so nothing ran:\n\n{listed}",
         limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN,
     )
+    return _completed_before_running(environment, kinds, "failure", f"Invalid {path}", summary)
+
+
+def _completed_before_running(
+    environment: str, kinds: Sequence[CheckKind], conclusion: Conclusion, title: str, summary: str
+) -> list[CheckRunOutput]:
+    """Every check completed the same way, without a run: nothing ran, and each check says why."""
     return [
         CheckRunOutput(
             kind=k,
             name=check_run_name(k, environment),
             status="completed",
-            conclusion="failure",
-            title=f"Invalid {path}",
+            conclusion=conclusion,
+            title=title,
             summary=summary,
         )
         for k in kinds
