@@ -17,6 +17,7 @@ from pathlib import Path
 import structlog
 
 from runner.base import RunnerInfo, Step, StepResult, cap_output
+from runner.collect import collect_files, read_host_file
 
 log = structlog.get_logger(__name__)
 
@@ -80,11 +81,9 @@ class HostRunner:
             self._proc = None
         duration = time.monotonic() - started
         text = cap_output(out.decode("utf-8", "replace"), self._output_limit)
-        collected = {}
-        for rel in step.collect:
-            path = workspace / rel
-            if path.is_file():
-                collected[rel] = path.read_text(errors="replace")
+        collected, refused = collect_files(
+            step.collect, lambda rel: read_host_file(workspace, rel, step.collect_max_bytes)
+        )
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,
@@ -94,6 +93,7 @@ class HostRunner:
             timed_out=timed_out,
             cancelled=self._cancelled and not timed_out,
             collected=collected,
+            refused=refused,
         )
 
     @staticmethod

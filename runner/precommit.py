@@ -233,7 +233,7 @@ def decide(
     """The check's result from the step's result; ``where`` names the image or host for messages."""
     if result.cancelled:
         return PrecommitResult(status=CheckStatus.CANCELLED, message="pre-commit: cancelled")
-    if result.error or result.timed_out or result.oom_killed:
+    if result.error or result.timed_out or result.oom_killed or result.stopped_by_limit:
         return PrecommitResult(
             status=CheckStatus.ERROR,
             message=result.describe_failure(),
