@@ -26,6 +26,11 @@ class ResourceLimits(_Strict):
     cpus: float = Field(8.0, gt=0, description="CPU quota, in CPUs")
     shm_size: str = Field("8g", description="/dev/shm size; PyTorch data loaders need a large one")
     tmpfs_size: str = Field("4g", description="size of the writable /tmp")
+    workspace_size: str = Field(
+        "10g",
+        description="most the run's workspace may hold: the checkout, the home directory and all "
+        "that steps write there; a step that goes past it is stopped and fails (docker syntax: 500m, 10g)",
+    )
 
 
 class StepNetwork(_Strict):

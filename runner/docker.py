@@ -40,16 +40,19 @@ import docker.errors
 import requests
 import structlog
 from docker.models.containers import Container
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, LogConfig
 
 from bot.config import Environment
-from runner.base import RunnerError, RunnerInfo, Step, StepResult
+from runner.base import COLLECT_MAX_BYTES, RunnerError, RunnerInfo, Step, StepResult
+from runner.collect import CollectRefused, check_archive_stat, collect_files, read_archive_file
+from runner.workspace_watch import WorkspaceWatch
 
 log = structlog.get_logger(__name__)
 
 LABEL_MANAGED = "paritybot.managed"
 LABEL_RUN_ID = "paritybot.run-id"
-LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or cache (kept across runs)
+# step, watch (the workspace watcher beside a step), workspace (per-run volume) or cache (kept across runs)
+LABEL_ROLE = "paritybot.role"
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
@@ -69,6 +72,10 @@ _GPU_ERRORS = (
     "nvidia-container-cli",
     "unknown or invalid runtime name: nvidia",
 )
+# The engine keeps no log of a step: its output is read from the attached stream, capped, and a
+# json-file log would grow on the engine's disk as fast as the step prints (70 MB/s measured).
+NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
+_ARCHIVE_CHUNK = 1 << 20  # how much of a collected file's archive is read at a time
 _SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 OnOutput = Callable[[str], None]
 
@@ -293,20 +300,6 @@ def files_archive(dirs: Iterable[str], files: dict[str, str], uid: int, gid: int
     return buf.getvalue()
 
 
-def read_archive_file(chunks: Iterator[bytes]) -> str | None:
-    """The text of the single regular file in a ``get_archive`` stream, None if it is not a file."""
-    with tempfile.SpooledTemporaryFile(max_size=8 << 20) as spool:
-        for chunk in chunks:
-            spool.write(chunk)
-        spool.seek(0)
-        with tarfile.open(fileobj=spool, mode="r|") as tar:
-            for member in tar:
-                if member.isfile():
-                    fh = tar.extractfile(member)
-                    return fh.read().decode("utf-8", "replace") if fh else None
-    return None
-
-
 def _safe_relative(rel: str) -> str:
     """A workspace-relative path that cannot climb out of the workspace."""
     parts = Path(rel).parts
@@ -356,6 +349,8 @@ class DockerRunner:
         self._image_id: str | None = None
         self._uid_gid: tuple[int, int] | None = None
         self._host_config: dict[str, Any] = {}
+        self._workspace_limit = 0
+        self._watch: WorkspaceWatch | None = None
         self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
         self._volumes_ready = False
         self._copied: Path | None = None
@@ -389,6 +384,7 @@ class DockerRunner:
         self._info.image_ref = repo_digest or image.id
         self._uid_gid = await asyncio.to_thread(self._resolve_user)
         self._host_config = await asyncio.to_thread(self._limits)
+        self._workspace_limit = workspace_limit(self.environment)
         log.info(
             "container runner ready",
             run_id=self.run_id,
@@ -431,10 +427,11 @@ class DockerRunner:
         """A file of the image, read from a created (never started) container."""
         container = self.client.containers.create(self._image_id, ["true"], labels=self._labels("step"))
         try:
-            chunks, _ = container.get_archive(path)
-            return read_archive_file(chunks)
+            return _read_container_file(container, path, COLLECT_MAX_BYTES)
         except docker.errors.NotFound:
             return None
+        except CollectRefused as exc:
+            raise RunnerError(f"the image's {path} {exc.reason}") from None
         finally:
             container.remove(force=True)
 
@@ -482,7 +479,7 @@ class DockerRunner:
             container = await asyncio.to_thread(self._create, step, workspace)
             self._current = container
             try:
-                return await self._run_created(step, container, started)
+                return await self._run_watched(step, container, started)
             finally:
                 self._current = None
                 await asyncio.to_thread(_remove_container, container)
@@ -526,6 +523,7 @@ class DockerRunner:
                 volumes=self._mounts(),
                 stdin_open=False,
                 tty=False,
+                log_config=NO_ENGINE_LOG,
                 **self._host_config,
             )
         except docker.errors.APIError as exc:
@@ -609,12 +607,36 @@ class DockerRunner:
             f"paritybot.{k}": v for k, v in extra.items()
         }
 
+    async def _run_watched(self, step: Step, container: Container, started: float) -> StepResult:
+        """The step under the workspace's watchdog (:mod:`runner.workspace_watch`)."""
+        if self._watch is None:
+            self._watch = WorkspaceWatch(
+                self.client,
+                self._image_id or "",
+                self._run_volume,
+                self._workspace_limit,
+                self.environment.limits.workspace_size,
+                self._labels("watch"),
+            )
+            await asyncio.to_thread(self._watch.start)
+        refused = self._watch.step_started(lambda: _kill(container))
+        if refused is not None:
+            raise RunnerError(f"{step.name}: {refused}")
+        try:
+            result = await self._run_created(step, container, started)
+        finally:
+            stopped_by = await asyncio.to_thread(self._watch.step_ended)
+        if stopped_by is None:
+            return result
+        note = f"\n[paritybot] stopped: {stopped_by}\n"
+        return result.model_copy(update={"stopped_by_limit": stopped_by, "output": result.output + note})
+
     async def _run_created(self, step: Step, container: Container, started: float) -> StepResult:
         buffer = OutputBuffer(self._output_limit)
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
-        # Attach before start: every byte is seen, whatever log driver the engine uses.
-        stream = await asyncio.to_thread(container.attach, stdout=True, stderr=True, stream=True, logs=True)
+        # Attached before start, every byte is seen without the engine keeping a log (NO_ENGINE_LOG).
+        stream = await asyncio.to_thread(container.attach, stdout=True, stderr=True, stream=True, logs=False)
         try:
             await asyncio.to_thread(container.start)
         except docker.errors.APIError as exc:
@@ -640,7 +662,7 @@ class DockerRunner:
         state = (await asyncio.to_thread(_inspect_state, container)) or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
-        collected = await asyncio.to_thread(self._collect, container, step.collect)
+        collected, refused = await asyncio.to_thread(self._collect, container, step)
         output = buffer.text(self._secrets)
         if oom:
             output += f"\n[paritybot] killed: out of memory (limit {self.environment.limits.memory})\n"
@@ -657,6 +679,7 @@ class DockerRunner:
             oom_killed=oom,
             cancelled=self._cancelled and not timed_out,
             collected=collected,
+            refused=refused,
         )
 
     def _pump(
@@ -681,20 +704,21 @@ class DockerRunner:
         code = result.get("StatusCode")
         return code if isinstance(code, int) else None
 
-    def _collect(self, container: Container, paths: list[str]) -> dict[str, str]:
-        collected: dict[str, str] = {}
-        for rel in paths:
+    def _collect(self, container: Container, step: Step) -> tuple[dict[str, str], dict[str, str]]:
+        """The step's ``collect`` files, each read only up to its cap (see :mod:`runner.collect`)."""
+
+        def read_one(rel: str) -> str | None:
             try:
-                chunks, _ = container.get_archive(f"{WORKSPACE_DIR}/{_safe_relative(rel)}")
-                text = read_archive_file(chunks)
+                path = f"{WORKSPACE_DIR}/{_safe_relative(rel)}"
+                text = _read_container_file(container, path, step.collect_max_bytes)
             except (docker.errors.NotFound, RunnerError):
-                continue
+                return None
             except (docker.errors.APIError, tarfile.TarError) as exc:
                 log.warning("could not collect a file", path=rel, error=str(exc))
-                continue
-            if text is not None:
-                collected[rel] = redact(text, self._secrets)
-        return collected
+                return None
+            return None if text is None else redact(text, self._secrets)
+
+        return collect_files(step.collect, read_one)
 
     # --- cancel and close -------------------------------------------------------------------------
 
@@ -709,6 +733,8 @@ class DockerRunner:
         await self.cancel()
         if self._client is None:
             return
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.close)
         await asyncio.to_thread(self._remove_run_volume)
         if self._own_client:
             await asyncio.to_thread(self._client.close)
@@ -721,6 +747,30 @@ class DockerRunner:
             _remove_container(container)
         with contextlib.suppress(docker.errors.NotFound):
             self.client.volumes.get(self._run_volume).remove(force=True)
+
+
+def workspace_limit(environment: Environment) -> int:
+    """``limits.workspace_size`` in bytes; a RunnerError naming the setting when it is not a size."""
+    from docker.utils import parse_bytes
+
+    try:
+        size = int(parse_bytes(environment.limits.workspace_size))
+    except docker.errors.DockerException as exc:
+        raise RunnerError(f"environment {environment.name}: bad limits.workspace_size: {exc}") from None
+    if size <= 0:
+        raise RunnerError(f"environment {environment.name}: limits.workspace_size must be more than 0")
+    return size
+
+
+def _read_container_file(container: Container, path: str, limit: int) -> str | None:
+    """A file of a container, refused from the engine's stat or cut off at ``limit`` bytes of archive."""
+    chunks, path_stat = container.get_archive(path, chunk_size=_ARCHIVE_CHUNK)
+    try:
+        check_archive_stat(path_stat, limit)
+    except CollectRefused:
+        chunks.close()  # the response ends here; the engine stops sending the archive
+        raise
+    return read_archive_file(chunks, limit)
 
 
 def _kill(container: Container) -> None:
