@@ -4,8 +4,8 @@
     DOCKER_HOST=unix:///tmp/paritybot-engine/docker.sock python benchmarks/workspace_limit.py \
         [--limit 2g] [--files 50000]
 
-1. A step writes zeros into the workspace as fast as the disk takes them (``dd``, no count), under
-   ``limits.workspace_size = --limit``. Printed: how long until the step was stopped, how much the
+1. A step writes zeros into the workspace as fast as the disk takes them (``dd``, up to four times
+   the limit, so that a broken watchdog cannot fill the disk), under ``limits.workspace_size = --limit``. Printed: how long until the step was stopped, how much the
    workspace held at the reading that stopped it (the overshoot over the limit), the write rate
    that implies, and the one line the user sees.
 2. The same writer, stopped by the step's timeout instead (the watchdog's limit set far above):
@@ -43,7 +43,6 @@ from runner.base import Step
 from runner.docker import DockerRunner
 from runner.workspace_watch import _LIMITS, WATCH_INTERVAL_S, WATCH_MOUNT
 
-WRITER = Step(name="fill", argv=["dd", "if=/dev/zero", "of=fill", "bs=1M"], timeout_s=600)
 # 100 files of 3 kB per directory, like a source tree.
 MAKE_FILES = """
 import os, sys
@@ -127,14 +126,16 @@ async def main() -> int:
     limits = ResourceLimits(workspace_size=args.limit, memory="1g", cpus=1)
     env = Environment(name="bench", image=args.image, gpus="none", limits=limits)
     limit = int(parse_bytes(args.limit))
+    count = f"count={4 * limit >> 20}"
+    writer = Step(name="fill", argv=["dd", "if=/dev/zero", "of=fill", "bs=1M", count], timeout_s=600)
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
         workspace = Path(tmp)
         (workspace / "README").write_text("bench\n")
-        elapsed, said, _ = await fill(env, client, workspace, WRITER)
+        elapsed, said, _ = await fill(env, client, workspace, writer)
         at_stop = held(said)
         # The same time again, without a limit that bites: how much the writer puts down unchecked.
         free = env.model_copy(update={"limits": limits.model_copy(update={"workspace_size": "1000g"})})
-        timed = WRITER.model_copy(update={"timeout_s": max(elapsed, 1.0)})
+        timed = writer.model_copy(update={"timeout_s": max(elapsed, 1.0)})
         _, unchecked, written = await fill(free, client, workspace, timed, measure=True)
         cost = await tick_cost(env, client, workspace, args.files)
     client.close()

@@ -107,19 +107,20 @@ def read_host_file(root: Path, rel: str, limit: int) -> str | None:
     try:
         for part in parts[:-1]:
             sub = _open_at(part, dir_fd, os.O_DIRECTORY)
-            os.close(dir_fd)
             if sub is None:
                 return None
+            os.close(dir_fd)
             dir_fd = sub
         fd = _open_at(parts[-1], dir_fd, os.O_NONBLOCK)
     finally:
         os.close(dir_fd)
     if fd is None:
         return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CollectRefused(NOT_A_FILE)
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CollectRefused(NOT_A_FILE)
         if info.st_size > limit:
             raise too_large(info.st_size, limit)
         data = f.read(limit + 1)

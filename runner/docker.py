@@ -17,7 +17,11 @@ What a run gets, and why:
   and ``/dev/shm`` limits, and no network unless the step asks for it.
 * pre-commit's hook environments and pip's cache live in named volumes keyed by the image digest
   and the user id, so they survive runs but an image never sees another image's environments.
-* Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets.
+* Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets;
+  the engine keeps no log of it.
+* The run volume is kept under ``limits.workspace_size`` by a watchdog beside the steps
+  (:mod:`runner.workspace_watch`), and collected files are read back only up to their cap, never
+  through a link (:mod:`runner.collect`).
 """
 
 from __future__ import annotations

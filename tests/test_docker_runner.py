@@ -38,6 +38,7 @@ from runner.docker import (
     pick_repo_digest,
     redact,
     remove_orphans,
+    workspace_limit,
 )
 
 __all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixtures, imported for pytest
@@ -129,6 +130,15 @@ def test_output_buffer_decodes_utf8_split_across_chunks():
 
 def test_redact_replaces_every_secret_and_ignores_tiny_ones():
     assert redact("token=abcd1234 again abcd1234 and ab", ["abcd1234", "ab"]) == "token=*** again *** and ab"
+
+
+def test_the_workspace_limit_is_a_docker_size_or_a_clear_error():
+    assert workspace_limit(Environment(name="ci", image="x")) == 10 << 30
+    assert workspace_limit(
+        Environment.model_validate({"name": "ci", "limits": {"workspace_size": "500m"}})
+    ) == (500 << 20)
+    with pytest.raises(RunnerError, match=r"environment ci: bad limits.workspace_size"):
+        workspace_limit(Environment.model_validate({"name": "ci", "limits": {"workspace_size": "lots"}}))
 
 
 def test_an_environment_without_image_cannot_use_the_container_runner():

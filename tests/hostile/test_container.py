@@ -68,10 +68,12 @@ async def test_no_service_secret_key_file_or_engine_socket_reaches_the_container
 async def test_a_symlink_to_a_host_file_is_not_followed_on_the_host(
     make_runner: MakeRunner, workspace: Path, tmp_path: Path
 ) -> None:
-    host_file = tmp_path / "host-secret.txt"
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    host_file = host_dir / "host-secret.txt"
     host_file.write_text("host-only-content-9d3e\n")
     (workspace / "leak").symlink_to(host_file)
-    (workspace / "leak-dir").symlink_to(tmp_path)
+    (workspace / "leak-dir").symlink_to(host_dir)
     commit_all(workspace)
     result = await make_runner().run(
         sh(
@@ -185,7 +187,7 @@ async def test_200_mb_of_output_is_capped_and_the_engine_keeps_no_copy(
 
 async def test_steps_run_unprivileged_on_a_read_only_root(make_runner: MakeRunner, workspace: Path) -> None:
     script = (
-        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+        "id -u; id -g; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; "
         'awk \'$2 == "/" { split($4, o, ","); print "root-mount-" o[1] }\' /proc/mounts; '
         "touch /usr/owned 2>/dev/null && echo image-writable; "
         "touch /tmp/ok && echo tmp-writable; touch $HOME/ok && echo home-writable; "
@@ -196,6 +198,7 @@ async def test_steps_run_unprivileged_on_a_read_only_root(make_runner: MakeRunne
     lines = result.output.split()
     assert lines[:2] == ["1000", "1000"]
     assert "CapEff:\t0000000000000000" in result.output
+    assert "CapBnd:\t0000000000000000" in result.output  # not even a setuid binary gets one back
     assert "NoNewPrivs:\t1" in result.output
     assert "root-mount-ro" in lines
     assert "image-writable" not in lines
@@ -261,11 +264,13 @@ async def test_an_oversized_coverage_map_is_refused_unread(make_runner: MakeRunn
 WORKSPACE_64M = SMALL.model_copy(update={"workspace_size": "64m"})
 
 
-async def test_an_endless_write_to_the_workspace_is_stopped_at_its_limit(
+async def test_writing_past_the_workspace_limit_stops_the_step(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
     runner = make_runner(limits=WORKSPACE_64M)
-    result = await runner.run(sh("fill", "dd if=/dev/zero of=big bs=1M", timeout_s=60), workspace)
+    # 1 GB, then wait: unstopped, it would end at its timeout (and not fill the test machine's disk).
+    fill = "dd if=/dev/zero of=big bs=1M count=1000 && sleep 60"
+    result = await runner.run(sh("fill", fill, timeout_s=30), workspace)
     assert not result.timed_out, "the step ran until its timeout: nothing stopped the writer"
     assert not result.ok
     assert result.stopped_by_limit and result.stopped_by_limit.startswith(
