@@ -1,0 +1,255 @@
+"""A pull request attacks what the bot posts, and the probe that fills the parity table.
+
+What the bot posts: every text a run produces (test names and output, hook ids and output, the
+fixes diff, names in the code, paths, pasted and probed versions, errors) is written by the
+PR's author. Rendered into the sticky comment and the check runs, none of it may ping anyone,
+add HTML, links or images, close our sections, hide the rest in an HTML comment, or write a
+second sticky marker. "Live" is decided as GitHub decides it (``markdown_check``): the body is
+rendered with cmark-gfm, and mentions count only in text outside code and links.
+
+The probe: a PR that commits a fake ``torch`` package, a dist-info, or modules shadowing the
+standard library must not change what the parity table says about the image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import report_samples as samples
+from markdown_check import Rendered, inspect, live_mentions
+
+from bot.models import (
+    CheckStatus,
+    DocstringResult,
+    EnvFacts,
+    Finding,
+    HookResult,
+    HookStatus,
+    Level,
+    ParityReport,
+    ParityRow,
+    ParityVerdict,
+    PrecommitResult,
+    RfcItem,
+    RfcReport,
+    RunReport,
+    RunState,
+    SelectedTest,
+    Selection,
+    TestCaseResult,
+    TestOutcome,
+    TestsResult,
+)
+from bot.report import (
+    STICKY_MARKER,
+    CheckRunOutput,
+    CommentSection,
+    Stage,
+    render_check_runs,
+    render_comment,
+    render_config_error_output,
+    render_pr_comment,
+)
+
+RUN_URL = f"https://github.com/{samples.REPO}/runs/26012345678"
+# Everything an attacker would try, on several lines, with a fence-closing line in the middle so
+# that what follows it would be live if the fence could be closed.
+H = (
+    "@octocat @octo-org/maintainers (@octo-org/security) octo-org/calc#1 mail@evil.example\n"
+    "<img src=x onerror=alert(1)> <script>alert(1)</script> </details></summary>\n"
+    "<!-- paritybot:sticky --> <!-- the rest is hidden\n"
+    "```\n"
+    "~~~\n"
+    "after the fence: @octocat <img src=x onerror=alert(2)> </details> <details open>\n"
+    "[x](javascript:alert(1)) ![](http://tracker.example/p.png) www.tracker.example\n"
+    "`code` ``` | pipe | -->"
+)
+OUR_TAGS = {
+    "p", "details", "summary", "b", "sub", "br", "code", "pre", "ul", "ol", "li", "h2", "h3",
+    "strong", "em", "table", "thead", "tbody", "tr", "th", "td", "a", "hr", "blockquote",
+}  # fmt: skip
+OUR_LINKS = (RUN_URL, "https://github.com/apps/paritybot")
+
+
+def _h(tag: str) -> str:
+    """The hostile text, tagged so a finding names the field it came from."""
+    return f"{tag}: {H}"
+
+
+def hostile_report() -> RunReport:
+    """A failing run where every text field the PR can influence holds the attack."""
+    report = samples.failing_run()
+    nodeid = f"tests/test_evil.py::test_x[{_h('nodeid')}]"
+    report.runner_reason = _h("runner_reason")
+    report.probe = EnvFacts(source="probe", torch=_h("probe torch"), packages={_h("pkg"): _h("pkg version")})
+    report.precommit = PrecommitResult(
+        status=CheckStatus.FAILED,
+        hooks=[
+            HookResult(id=_h("hook id"), name=_h("hook name"), status=HookStatus.FAILED, output=_h("out")),
+            HookResult(id="ruff", name=_h("passing hook"), status=HookStatus.PASSED),
+        ],
+        fix_command=_h("fix command"),
+        diff=_h("diff"),
+        output=_h("pre-commit output"),
+        message=_h("pre-commit message"),
+    )
+    report.docstrings = DocstringResult(
+        status=CheckStatus.FAILED,
+        style=_h("style"),
+        findings=[
+            Finding(
+                path=_h("path").replace("\n", " "),
+                line=3,
+                level=Level.FAILURE,
+                title=_h("t"),
+                message=_h("m"),
+            )
+        ],
+        checked=1,
+        message=_h("docstrings message"),
+    )
+    report.tests = TestsResult(
+        status=CheckStatus.FAILED,
+        selection=Selection(
+            tests=[SelectedTest(nodeid=nodeid, reasons=[_h("reason"), f"`{_h('quoted reason')}` changed"])],
+            total_tests=10,
+            budget_dropped=[_h("dropped")],
+        ),
+        results=[
+            TestCaseResult(
+                nodeid=nodeid, outcome=TestOutcome.FAILED, message=_h("failure"), repro=[_h("repro")]
+            ),
+            TestCaseResult(nodeid=nodeid + "2", outcome=TestOutcome.FLAKY, message=_h("flaky"), attempts=2),
+            TestCaseResult(nodeid=_h("error id"), outcome=TestOutcome.ERROR, message=f"E   {_h('headline')}"),
+        ],
+        message=_h("tests message"),
+        output=_h("tests output"),
+    )
+    report.parity = ParityReport(
+        rows=[
+            ParityRow(
+                field=_h("field"),
+                label=_h("label"),
+                reference=_h("reference"),
+                this_run=_h("probed"),
+                contributor=_h("pasted"),
+                verdict=ParityVerdict.DIFFERS,
+                contributor_verdict=ParityVerdict.DIFFERS,
+            )
+        ],
+        advice=[_h("advice")],
+        contributor_pasted=True,
+    )
+    report.rfc = RfcReport(
+        triggered=True,
+        reasons=[_h("rfc reason"), f"adds dependency `{_h('dep')}`"],
+        items=[RfcItem(text=_h("item"), done=False)],
+        rfc_link="javascript:alert(1)//@octocat",
+    )
+    return report
+
+
+def broken_report() -> RunReport:
+    """The same attack through the paths of a run that broke: errors, outputs, not-run notes."""
+    report = hostile_report()
+    report.error = _h("run error")
+    assert report.precommit is not None and report.tests is not None
+    report.precommit = report.precommit.model_copy(update={"status": CheckStatus.ERROR})
+    report.docstrings = DocstringResult(status=CheckStatus.NOT_CONFIGURED, message=_h("not configured"))
+    report.tests = report.tests.model_copy(
+        update={
+            "status": CheckStatus.ERROR,
+            "results": [],
+            "selection": Selection(whole_suite=True, whole_suite_reasons=[_h("whole suite")]),
+        }
+    )
+    return report
+
+
+def _comments() -> dict[str, str]:
+    report, broken = hostile_report(), broken_report()
+    bodies = {
+        "done": render_comment(report, stage=Stage.DONE, check_run_url=RUN_URL),
+        "broken": render_comment(broken, stage=Stage.DONE, check_run_url=RUN_URL),
+        "queued": render_comment(report, stage=Stage.QUEUED, queue_position=2),
+        "running": render_comment(report.model_copy(update={"state": RunState.RUNNING}), stage=Stage.RUNNING),
+        "cancelled": render_comment(
+            broken, stage=Stage.CANCELLED, notice="Cancelled: a newer commit was pushed."
+        ),
+        "config error": render_comment(None, stage=Stage.CONFIG_ERROR, notice="- " + _h("problem")),
+        "two environments": render_pr_comment(
+            [
+                CommentSection(environment="cuda12", stage=Stage.DONE, report=report),
+                CommentSection(environment="rocm6", stage=Stage.DONE, report=broken),
+            ],
+            check_run_url=RUN_URL,
+        ),
+    }
+    return bodies
+
+
+def _check_runs() -> dict[str, CheckRunOutput]:
+    outputs = {}
+    for name, report in (("done", hostile_report()), ("broken", broken_report())):
+        for out in render_check_runs(report):
+            outputs[f"{name} {out.kind.value}"] = out
+    outputs["config error"] = render_config_error_output("cuda12", problems=[_h("problem")])[0]
+    return outputs
+
+
+def _assert_inert(page: Rendered, where: str) -> None:
+    assert page.live == [], f"{where}: live mentions or references {page.live}"
+    assert page.unbalanced == [], f"{where}: our structure was broken: {page.unbalanced}"
+    tags = {tag for tag, _ in page.tags}
+    assert tags <= OUR_TAGS, f"{where}: HTML from the input: {tags - OUR_TAGS}"
+    attrs = {name for _, a in page.tags for name in a if name not in ("href", "open", "lang", "align")}
+    assert not attrs, f"{where}: attributes from the input: {attrs}"
+    bad_links = [href for href in page.links() if not href.startswith(OUR_LINKS)]
+    assert not bad_links, f"{where}: links from the input: {bad_links}"
+
+
+@pytest.mark.parametrize("case", list(_comments()))
+def test_the_sticky_comment_neutralises_every_field(case: str) -> None:
+    body = _comments()[case]
+    page = inspect(body)
+    _assert_inert(page, case)
+    # Exactly one marker, ours, at the top; no other HTML comment hides anything.
+    assert body.startswith(STICKY_MARKER + "\n")
+    assert body.count("<!--") == 1 and page.comments == [" paritybot:sticky "]
+    assert body.count("paritybot:sticky") >= 1  # the input's copies are there, broken, in code
+
+
+def test_the_attack_is_shown_not_dropped() -> None:
+    """Neutralised, not hidden: a reader still sees what the test printed, as text or code."""
+    page = inspect(_comments()["done"])
+    code = "".join(page.code_text)
+    assert "@octo-org/maintainers" in code and "<img src=x onerror=alert(1)>" in code
+    words = "".join(page.text_outside_code).replace("\u200b", "")
+    assert "reason: @octocat @octo-org/maintainers" in words  # the selection reason, as text
+
+
+@pytest.mark.parametrize("case", list(_check_runs()))
+def test_every_check_run_field_is_neutralised(case: str) -> None:
+    out = _check_runs()[case]
+    for part in ("summary", "text"):
+        body = getattr(out, part)
+        _assert_inert(inspect(body), f"{case} {part}")
+        assert "<!--" not in body, f"{case} {part}"
+    # Titles and annotations are plain text on GitHub: nothing to render, mentions still broken.
+    plain: list[tuple[str, Any]] = [("title", out.title)]
+    plain += [(f"annotation {k}", a[k]) for a in out.annotations for k in ("message", "title") if k in a]
+    for field, value in plain:
+        assert live_mentions(value) == [], f"{case} {field}: {value!r}"
+        assert "<!--" not in value, f"{case} {field}"
+
+
+def test_the_attack_reaches_every_check_run() -> None:
+    """The check-run test above must see the attack, or it proves nothing."""
+    outputs = _check_runs()
+    seen: Callable[[CheckRunOutput], str] = lambda o: o.title + o.summary + o.text + str(o.annotations)  # noqa: E731
+    for kind in ("pre-commit", "docstrings", "tests", "parity"):
+        assert "octo-org" in seen(outputs[f"done {kind}"]), kind
+    assert any("hook id" in o.title for o in outputs.values())
+    assert any(a.get("title", "").startswith("t: @") for o in outputs.values() for a in o.annotations)
