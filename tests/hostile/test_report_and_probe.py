@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import report_samples as samples
+from botharness import REPO, BotHarness, bot
 from markdown_check import Rendered, inspect, live_mentions
 
 from bot.models import (
@@ -52,6 +53,8 @@ from bot.report import (
     render_config_error_output,
     render_pr_comment,
 )
+
+__all__ = ["bot"]  # the fixture, imported for pytest
 
 RUN_URL = f"https://github.com/{samples.REPO}/runs/26012345678"
 # Everything an attacker would try, on several lines, with a fence-closing line in the middle so
@@ -199,14 +202,14 @@ def _check_runs() -> dict[str, CheckRunOutput]:
     return outputs
 
 
-def _assert_inert(page: Rendered, where: str) -> None:
+def _assert_inert(page: Rendered, where: str, links: tuple[str, ...] = OUR_LINKS) -> None:
     assert page.live == [], f"{where}: live mentions or references {page.live}"
     assert page.unbalanced == [], f"{where}: our structure was broken: {page.unbalanced}"
     tags = {tag for tag, _ in page.tags}
     assert tags <= OUR_TAGS, f"{where}: HTML from the input: {tags - OUR_TAGS}"
     attrs = {name for _, a in page.tags for name in a if name not in ("href", "open", "lang", "align")}
     assert not attrs, f"{where}: attributes from the input: {attrs}"
-    bad_links = [href for href in page.links() if not href.startswith(OUR_LINKS)]
+    bad_links = [href for href in page.links() if not href.startswith(links)]
     assert not bad_links, f"{where}: links from the input: {bad_links}"
 
 
@@ -253,3 +256,50 @@ def test_the_attack_reaches_every_check_run() -> None:
         assert "octo-org" in seen(outputs[f"done {kind}"]), kind
     assert any("hook id" in o.title for o in outputs.values())
     assert any(a.get("title", "").startswith("t: @") for o in outputs.values() for a in o.annotations)
+
+
+# --- End to end: a PR's failing test prints a team mention, and its name holds HTML ----------------
+
+HOSTILE_TEST = """\
+import pytest
+
+NAME = "<img src=x onerror=alert(1)></details><!-- paritybot:sticky -->"
+
+
+@pytest.mark.parametrize("case", [NAME], ids=[NAME])
+def test_hostile(case):
+    print("@octo-org/maintainers please look")
+    assert False, "@octo-org/maintainers <img src=x onerror=alert(2)> </details> ``` " + case
+"""
+
+
+async def test_a_failing_test_that_pings_a_team_pings_no_one(bot: BotHarness) -> None:
+    sha = bot.commit_on_feature("tests/test_hostile.py", HOSTILE_TEST, "test: a hostile test")
+    assert await bot.send("pull_request", bot.pr_event("opened", head_sha=sha)) == 202
+    await bot.wait_runs_done()
+
+    [comment] = bot.bot_comments()
+    page = inspect(comment.body)
+    ours = ("https://github.com/", bot.fake.url)
+    _assert_inert(page, "comment", ours)
+    assert comment.body.count("<!--") == 1 and page.comments == [" paritybot:sticky "]
+    # The failure is there, readable, its name and message in code.
+    code = "".join(page.code_text)
+    assert "test_hostile[<img src=x onerror=alert(1)></details><!\u200b-- paritybot:sticky -->]" in code
+    assert "@octo-org/maintainers <img src=x onerror=alert(2)>" in code
+
+    runs = {r.name: r for r in bot.fake.check_runs(REPO, head_sha=sha)}
+    tests_run = runs["paritybot / tests (default)"]
+    assert tests_run.states[-1]["conclusion"] == "failure"
+    for run in runs.values():
+        output = run.states[-1]["output"]
+        for part in ("summary", "text"):
+            if output.get(part):
+                _assert_inert(inspect(output[part]), f"{run.name} {part}", ours)
+                assert "<!--" not in output[part]
+        for value in [
+            output["title"],
+            *(a.get(k, "") for a in run.annotations for k in ("message", "title")),
+        ]:
+            assert live_mentions(value) == [] and "<!--" not in value, (run.name, value)
+    assert any("octo-org/maintainers" in a["message"] for a in tests_run.annotations)
