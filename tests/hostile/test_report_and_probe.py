@@ -13,14 +13,20 @@ standard library must not change what the parity table says about the image.
 
 from __future__ import annotations
 
+import subprocess
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import report_samples as samples
 from botharness import REPO, BotHarness, bot
+from docker_support import docker_client, test_image
 from markdown_check import Rendered, inspect, live_mentions
 
+from bot.config import Environment
 from bot.models import (
     CheckStatus,
     DocstringResult,
@@ -53,8 +59,13 @@ from bot.report import (
     render_config_error_output,
     render_pr_comment,
 )
+from runner.base import SCRATCH_DIR, Step
+from runner.docker import WORKSPACE_DIR, DockerRunner
+from runner.host import HostRunner
+from runner.parity import build_parity
+from runner.probe import parse_probe, probe_step
 
-__all__ = ["bot"]  # the fixture, imported for pytest
+__all__ = ["bot", "docker_client", "test_image"]  # fixtures, imported for pytest
 
 RUN_URL = f"https://github.com/{samples.REPO}/runs/26012345678"
 # Everything an attacker would try, on several lines, with a fence-closing line in the middle so
@@ -303,3 +314,93 @@ async def test_a_failing_test_that_pings_a_team_pings_no_one(bot: BotHarness) ->
         ]:
             assert live_mentions(value) == [] and "<!--" not in value, (run.name, value)
     assert any("octo-org/maintainers" in a["message"] for a in tests_run.annotations)
+
+
+# --- The probe: a PR that ships its own torch, metadata or standard library ---------------------
+
+SPOOF = "2.3.0+SPOOFED"
+SHADOW = f'raise SystemExit(print(\'{{"torch": "{SPOOF}", "python": "{SPOOF}"}}\'))\n'
+TOOL = '#!/bin/sh\necho "$0 (SPOOFED) 99.9.9"\n'
+IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the test image's
+
+
+def spoofing_workspace(root: Path) -> Path:
+    """A checkout whose files try every way of changing what the probe reports."""
+    for base in (root, root / SCRATCH_DIR):  # beside the workspace root, and where the probe used to be
+        (base / "torch").mkdir(parents=True)
+        (base / "torch" / "__init__.py").write_text(f'__version__ = "{SPOOF}"\n')
+        dist = base / "torch-9.9.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {SPOOF}\n")
+        for module in ("json", "platform", "sitecustomize", "usercustomize"):
+            (base / f"{module}.py").write_text(SHADOW)
+    # Tools the probe asks for their version, found through a relative PATH entry.
+    (root / "bin").mkdir()
+    for tool in ("gcc", "cmake", "nvidia-smi", "nvcc"):
+        (root / "bin" / tool).write_text(TOOL)
+        (root / "bin" / tool).chmod(0o755)
+    return root
+
+
+def spoofing_env(workspace: str, path: str) -> dict[str, str]:
+    """An environment whose variables put the checkout on the paths: a config may well do that
+    for its tests (``PYTHONPATH: src``), and the probe runs with the environment's variables."""
+    return {"PYTHONPATH": workspace, "PATH": f"bin:{path}"}
+
+
+def _assert_the_image_truth(facts: EnvFacts, python: str) -> None:
+    assert facts.torch is None and "torch" in facts.missing, facts
+    assert "torch" not in facts.packages, facts.packages
+    assert facts.python == python
+    assert "SPOOFED" not in str(facts) and "99.9.9" not in str(facts), facts
+    # What people read: the parity table and the probe's package list say torch is not there.
+    report = samples.all_green().model_copy(update={"probe": facts})
+    report.parity = build_parity(None, facts, None, ["torch"])
+    [torch_row] = [r for r in report.parity.rows if r.field == "torch"]
+    assert torch_row.this_run is None
+    rendered = render_comment(report, stage=Stage.DONE)
+    rendered += "".join(o.title + o.summary + o.text for o in render_check_runs(report))
+    assert SPOOF not in rendered and "9.9" not in rendered
+
+
+async def test_the_probe_on_the_host_reads_the_interpreter_not_the_pr(tmp_path: Path) -> None:
+    workspace = spoofing_workspace(tmp_path)
+    path = HostRunner().info.env["PATH"]  # the python3 installed beside paritybot
+    runner = HostRunner(reason="test", env=spoofing_env(str(workspace), path))
+    facts = parse_probe(await runner.run(probe_step(["torch"]), workspace))
+    python = subprocess.run(
+        ["python3", "-I", "-c", "import platform; print(platform.python_version())"],
+        env={"PATH": path},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    _assert_the_image_truth(facts, python)
+
+
+@pytest.mark.docker
+async def test_the_probe_in_a_container_reads_the_image_not_the_pr(
+    docker_client: docker.DockerClient, test_image: str, tmp_path: Path
+) -> None:
+    workspace = spoofing_workspace(tmp_path)
+    env = Environment(name="ci", image=test_image, gpus="none", env=spoofing_env(WORKSPACE_DIR, IMAGE_PATH))
+    runner = DockerRunner(env, f"t-spoof-{uuid.uuid4().hex[:8]}", docker_client)
+    try:
+        facts = parse_probe(await runner.run(probe_step(["torch"]), workspace))
+        # The next step sees the workspace as before: the probe only kept the PR's files away.
+        asked = await runner.run(
+            Step(
+                name="ask",
+                argv=[
+                    "sh",
+                    "-c",
+                    "cat torch/__init__.py; python3 -I -c 'import platform; print(platform.python_version())'",
+                ],
+            ),
+            workspace,
+        )
+    finally:
+        await runner.close()
+    shown, python = asked.output.strip().rsplit("\n", 1)
+    assert SPOOF in shown  # the attack was there to be found
+    _assert_the_image_truth(facts, python)
