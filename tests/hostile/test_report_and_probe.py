@@ -320,7 +320,7 @@ async def test_a_failing_test_that_pings_a_team_pings_no_one(bot: BotHarness) ->
 
 SPOOF = "2.3.0+SPOOFED"
 SHADOW = f'raise SystemExit(print(\'{{"torch": "{SPOOF}", "python": "{SPOOF}"}}\'))\n'
-TOOL = '#!/bin/sh\necho "$0 (SPOOFED) 99.9.9"\n'
+TOOL = '#!/bin/sh\necho "99.9.9 SPOOFED"\necho "version 99.9.9"\n'  # as gcc -dumpversion, cmake --version'
 IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the test image's
 
 
