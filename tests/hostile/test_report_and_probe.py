@@ -22,11 +22,15 @@ from typing import Any
 import docker
 import pytest
 import report_samples as samples
+import structlog
 from botharness import REPO, BotHarness, bot
 from docker_support import docker_client, test_image
+from gitrepo import GitRepo
 from markdown_check import Rendered, inspect, live_mentions
+from sample_repo import tool_env
 
-from bot.config import Environment
+from bot.config import Environment, TestSettings
+from bot.local_check import CheckError, load_local_config, run_local_check
 from bot.models import (
     CheckStatus,
     DocstringResult,
@@ -64,6 +68,8 @@ from runner.docker import WORKSPACE_DIR, DockerRunner
 from runner.host import HostRunner
 from runner.parity import build_parity
 from runner.probe import parse_probe, probe_step
+from runner.repro import ReproContext
+from runner.testexec import run_tests
 
 __all__ = ["bot", "docker_client", "test_image"]  # fixtures, imported for pytest
 
@@ -404,3 +410,88 @@ async def test_the_probe_in_a_container_reads_the_image_not_the_pr(
     shown, python = asked.output.strip().rsplit("\n", 1)
     assert SPOOF in shown  # the attack was there to be found
     _assert_the_image_truth(facts, python)
+
+
+# --- Host-side reads: a PR's symbolic links to files of the bot's machine ---------------------------
+
+MARK = "hostsecret_7f3a"
+HOST_SECRET = f'def {MARK}():  # {MARK.upper()}\n    """{MARK}"""\n    return "{MARK}"\n'
+CONFIG = "checks:\n  precommit: false\n"
+
+
+def repo_with_links(tmp_path: Path) -> tuple[GitRepo, str, str, Path]:
+    """A PR whose new files are links to a file of the host, where the bot reads files."""
+    secret = tmp_path / "host" / "secret.py"
+    secret.parent.mkdir()
+    secret.write_text(HOST_SECRET)
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": CONFIG,
+            "pkg/__init__.py": "",
+            "pkg/core.py": "def double(x):\n    return 2 * x\n",
+            "tests/test_core.py": "from pkg.core import double\n\n\ndef test_double():\n    assert double(2) == 4\n",
+        }
+    )
+    (repo.path / "requirements").mkdir()
+    for link in ("pkg/leak.py", "tests/test_leak.py", "requirements/dev.in", "tests/conftest_data.py"):
+        (repo.path / link).symlink_to(secret)
+    repo.git("add", "pkg/leak.py", "tests/test_leak.py", "requirements/dev.in", "tests/conftest_data.py")
+    head = repo.commit({"pkg/core.py": "def double(x):\n    return x + x\n"}, "links to the host")
+    return repo, base, head, secret
+
+
+async def test_links_to_host_files_are_never_read_on_the_host(tmp_path: Path) -> None:
+    repo, base, head, secret = repo_with_links(tmp_path)
+
+    async def host(environment: Environment, run_id: str) -> HostRunner:
+        return HostRunner(reason="test", env={**tool_env(), **environment.env})
+
+    with structlog.testing.capture_logs() as logs:
+        report = await run_local_check(
+            repo.path, base=base, head=head, runner_factory=host, work_dir=tmp_path / "work"
+        )
+    produced = [
+        report.model_dump_json(),
+        render_comment(report, stage=Stage.DONE),
+        *(o.model_dump_json() for o in render_check_runs(report)),
+        repr(logs),
+    ]
+    assert report.error is None, report.error
+    assert report.docstrings is not None and report.tests is not None
+    # The checks ran on the change (pkg/core.py) and said which files they did not read.
+    assert "`pkg/leak.py`" in report.docstrings.message
+    assert [r.nodeid for r in report.tests.results] == ["tests/test_core.py::test_double"]
+    # The file's content appears nowhere: not in the report, the comment, the check runs or a log.
+    for text in produced:
+        assert MARK not in text.lower()
+    assert str(secret) not in "".join(produced)  # nor where the link points
+
+
+async def test_a_test_id_in_a_linked_file_is_refused_by_name(tmp_path: Path) -> None:
+    """``/retest-gpu failed`` names ids from an earlier run; their file may be a link by now."""
+    repo, _, head, _ = repo_with_links(tmp_path)
+    leak, core = f"tests/test_leak.py::{MARK}", "tests/test_core.py::test_double"
+    runner = HostRunner(reason="test", env=tool_env())
+    results = await run_tests(
+        runner, repo.path, [leak, core], TestSettings(), ReproContext(head_sha=head, repo="octo/calc")
+    )
+    by_id = {r.nodeid: r for r in results}
+    assert by_id[core].outcome == TestOutcome.PASSED
+    assert by_id[leak].outcome == TestOutcome.ERROR
+    assert by_id[leak].message == (
+        "not run: tests/test_leak.py is a symbolic link; only regular files of the commit are run"
+    )
+
+
+def test_a_linked_config_is_refused_by_name(tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret.yml"
+    secret.write_text(f"# {MARK}\nchecks: {{precommit: false}}\n")
+    repo = GitRepo(tmp_path / "repo")
+    (repo.path / ".github").mkdir()
+    (repo.path / ".github" / "paritybot.yml").symlink_to(secret)
+    repo.git("add", ".github/paritybot.yml")
+    head = repo.commit({}, "config is a link")
+    with pytest.raises(CheckError, match=r"\.github/paritybot\.yml at \w+: is a symbolic link") as info:
+        load_local_config(repo.path, head, None)
+    assert MARK not in str(info.value) and str(secret) not in str(info.value)
