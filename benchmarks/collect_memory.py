@@ -59,11 +59,18 @@ def pytest_unconfigure(config):
 """
 
 
-def make_workspace(root: Path) -> Path:
+def make_workspace(root: Path) -> str:
+    """A committed checkout with the suite and the conftest; returns its head commit."""
     (root / "tests").mkdir(parents=True)
     (root / "conftest.py").write_text(textwrap.dedent(_CONFTEST))
     (root / "tests" / "test_a.py").write_text("def test_one():\n    assert True\n")
-    return root
+    identity = ["-c", "user.name=b", "-c", "user.email=b@example.com"]
+    for argv in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-qm", "bench"]):
+        subprocess.run(["git", "-C", str(root), *argv], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    )
+    return head.stdout.strip()
 
 
 async def child(image: str, mb: int, case_bytes: int) -> dict[str, object]:
@@ -72,9 +79,9 @@ async def child(image: str, mb: int, case_bytes: int) -> dict[str, object]:
     variables = {"HUGE_REPORT_MB": str(mb), "HUGE_REPORT_CASE_BYTES": str(case_bytes)}
     env = Environment(name="bench", image=image, gpus="none", env=variables)
     runner = DockerRunner(env, f"bench-{uuid.uuid4().hex[:8]}", client)
-    repro = ReproContext(head_sha="0" * 40, repo="bench/bench", runner_kind="docker")
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
-        workspace = make_workspace(Path(tmp))
+        workspace = Path(tmp)
+        repro = ReproContext(head_sha=make_workspace(workspace), repo="bench/bench", runner_kind="docker")
         await runner.prepare()
         started = time.perf_counter()
         try:

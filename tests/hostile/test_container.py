@@ -8,6 +8,7 @@ are small (``docker_support.SMALL``) so that every attack hits its limit in a se
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 import tracemalloc
 from collections.abc import Callable
@@ -30,7 +31,6 @@ __all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixture
 
 pytestmark = pytest.mark.docker
 MakeRunner = Callable[..., DockerRunner]
-REPRO = ReproContext(head_sha="0" * 40, repo="o/r", runner_kind="docker")
 # What the bot itself may allocate while it reads a hostile run back: the output cap, one chunk
 # of the engine's stream, parsing. Hundreds of megabytes mean it read what it should not have.
 BOT_MEMORY_BOUND = 20 << 20
@@ -224,11 +224,14 @@ async def test_a_300_mb_junit_report_is_refused_unread(make_runner: MakeRunner, 
     (workspace / "conftest.py").write_text(_HUGE_REPORT)
     (workspace / "tests").mkdir()
     (workspace / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    commit_all(workspace)
+    head = subprocess.run(["git", "-C", str(workspace), "rev-parse", "HEAD"], capture_output=True, text=True)
+    repro = ReproContext(head_sha=head.stdout.strip(), repo="o/r", runner_kind="docker")
     runner = make_runner(limits=SMALL.model_copy(update={"workspace_size": "1g"}))
     tracemalloc.start()
     try:
         with pytest.raises(TestRunError) as err:
-            await run_tests(runner, workspace, None, TestSettings(reruns=0), REPRO)
+            await run_tests(runner, workspace, None, TestSettings(reruns=0), repro)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -256,7 +259,7 @@ async def test_an_oversized_coverage_map_is_refused_unread(make_runner: MakeRunn
     assert result.refused, result.output
     with pytest.raises(CoverageMapError) as err:
         coverage_map_from_step(result)
-    assert str(err.value) == "the coverage map is 200 MB, more than the 128 MB paritybot reads"
+    assert str(err.value) == "the coverage map is 200 MB, more than the 64 MB paritybot reads"
 
 
 # --- the workspace's size ----------------------------------------------------------------------------
