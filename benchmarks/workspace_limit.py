@@ -4,18 +4,20 @@
     DOCKER_HOST=unix:///tmp/paritybot-engine/docker.sock python benchmarks/workspace_limit.py \
         [--limit 2g] [--files 50000]
 
-1. A step writes zeros into the workspace as fast as the disk takes them (``dd``, up to four times
-   the limit, so that a broken watchdog cannot fill the disk), under ``limits.workspace_size = --limit``. Printed: how long until the step was stopped, how much the
-   workspace held at the reading that stopped it (the overshoot over the limit), the write rate
-   that implies, and the one line the user sees.
-2. The same writer, stopped by the step's timeout instead (the watchdog's limit set far above):
-   the baseline of how much a step writes in that time without the limit.
+1. Two steps write zeros into the workspace as fast as the disk takes them, under
+   ``limits.workspace_size = --limit``, each up to four times the limit (so that a broken defence
+   cannot fill the disk): one file (``dd``), which the file-size limit stops in the kernel, and
+   files of 256 MiB one after the other, which only the watchdog's readings can stop. Printed for
+   each: how long until it was stopped, how much the workspace held at the reading that stopped
+   it (the overshoot over the limit), and the line the user sees.
+2. The many-files writer again for the same time, with a limit that never bites: how much a step
+   puts down unchecked in that time (the disk's speed, the baseline of the overshoot).
 3. The cost of one reading on a large workspace: ``--files`` files (a big checkout), measured by
    the same ``du -skx`` the watcher runs each second, in a container like the watcher; the share
    of one CPU it takes at one reading per second.
 
-For the per-step latency the watcher adds (a container started beside each step), compare
-``benchmarks/runner_overhead.py`` on this commit and on one before the watchdog.
+For the per-step latency the watcher adds, compare ``benchmarks/runner_overhead.py`` on this
+commit and on one before the watchdog.
 """
 
 from __future__ import annotations
@@ -126,26 +128,34 @@ async def main() -> int:
     limits = ResourceLimits(workspace_size=args.limit, memory="1g", cpus=1)
     env = Environment(name="bench", image=args.image, gpus="none", limits=limits)
     limit = int(parse_bytes(args.limit))
-    count = f"count={4 * limit >> 20}"
-    writer = Step(name="fill", argv=["dd", "if=/dev/zero", "of=fill", "bs=1M", count], timeout_s=600)
+    mib = 4 * limit >> 20
+    one_file = Step(name="one-file", argv=["dd", "if=/dev/zero", "of=fill", "bs=1M", f"count={mib}"])
+    many = (
+        f"i=0; while [ $i -lt {mib // 256} ]; do head -c 256M /dev/zero > f$i || exit 1; i=$((i + 1)); done"
+    )
+    many_files = Step(name="many-files", argv=["sh", "-c", many], timeout_s=600)
+    print(f"engine: {os.environ.get('DOCKER_HOST', 'default socket')}   image: {args.image}")
+    print(f"limit {args.limit} ({gib(limit)}), one reading every {WATCH_INTERVAL_S} s")
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
         workspace = Path(tmp)
         (workspace / "README").write_text("bench\n")
-        elapsed, said, _ = await fill(env, client, workspace, writer)
-        at_stop = held(said)
+        for writer in (one_file, many_files):
+            elapsed, said, _ = await fill(env, client, workspace, writer)
+            at_stop = held(said)
+            print(
+                f"{writer.name}: stopped after {elapsed:.1f} s, holding {gib(at_stop)}: "
+                f"overshoot {gib(max(at_stop - limit, 0))} ({at_stop / limit:.2f}x the limit)"
+            )
+            print(f"  the user sees: {said}")
         # The same time again, without a limit that bites: how much the writer puts down unchecked.
         free = env.model_copy(update={"limits": limits.model_copy(update={"workspace_size": "1000g"})})
-        timed = writer.model_copy(update={"timeout_s": max(elapsed, 1.0)})
+        timed = many_files.model_copy(update={"timeout_s": max(elapsed, 1.0)})
         _, unchecked, written = await fill(free, client, workspace, timed, measure=True)
+        print(
+            f"baseline, no limit, {max(elapsed, 1.0):.1f} s of many-files: wrote {gib(written)} ({unchecked})"
+        )
         cost = await tick_cost(env, client, workspace, args.files)
     client.close()
-    print(f"engine: {os.environ.get('DOCKER_HOST', 'default socket')}   image: {args.image}")
-    print(f"limit {args.limit} ({gib(limit)}), one reading every {WATCH_INTERVAL_S} s")
-    print(f"writer stopped after {elapsed:.1f} s; held {gib(at_stop)} at the stop reading")
-    print(f"overshoot {gib(max(at_stop - limit, 0))} ({at_stop / limit:.2f}x the limit)")
-    print(f"implied write rate {at_stop / elapsed / (1 << 20):.0f} MiB/s")
-    print(f"the user sees: {said}")
-    print(f"baseline, no limit, same {max(elapsed, 1.0):.1f} s: wrote {gib(written)} ({unchecked})")
     print(
         f"one reading of {args.files} files (du in a watcher-like container, less an empty one): "
         f"{cost * 1000:.0f} ms, at most {min(cost / WATCH_INTERVAL_S, 1) * 100:.0f}% of one CPU"

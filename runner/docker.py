@@ -44,7 +44,7 @@ import docker.errors
 import requests
 import structlog
 from docker.models.containers import Container
-from docker.types import DeviceRequest, LogConfig
+from docker.types import DeviceRequest, LogConfig, Ulimit
 
 from bot.config import Environment
 from runner.base import COLLECT_MAX_BYTES, RunnerError, RunnerInfo, Step, StepResult
@@ -526,6 +526,7 @@ class DockerRunner:
                 stdin_open=False,
                 tty=False,
                 log_config=NO_ENGINE_LOG,
+                ulimits=[self._file_size_limit()],
                 **self._host_config,
             )
         except docker.errors.APIError as exc:
@@ -541,6 +542,11 @@ class DockerRunner:
             _remove_container(container)
             raise
         return container
+
+    def _file_size_limit(self) -> Ulimit:
+        """No file may grow past the workspace's limit: the kernel stops that writer at once, where
+        the workspace watchdog (for many files) reads the volume's size once a second."""
+        return Ulimit(name="fsize", soft=self._workspace_limit, hard=self._workspace_limit)
 
     def _fill(self, container: Container, step: Step, workspace: Path) -> None:
         """Copy the workspace (first step only) and the step's injected files into the run volume."""

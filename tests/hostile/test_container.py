@@ -283,6 +283,17 @@ async def test_writing_past_the_workspace_limit_stops_the_step(
     assert "[paritybot] stopped: the run wrote more" in result.output
 
 
+async def test_one_file_stops_growing_at_the_workspace_limit(
+    make_runner: MakeRunner, workspace: Path
+) -> None:
+    runner = make_runner(limits=WORKSPACE_64M)
+    script = "dd if=/dev/zero of=big bs=1M count=1000 2>&1 | grep -o 'File too large'; stat -c 'size %s' big"
+    result = await runner.run(sh("one-file", script, timeout_s=60), workspace)
+    assert "File too large" in result.output
+    assert f"size {64 << 20}" in result.output.split("\n")
+    assert result.stopped_by_limit, result.output
+
+
 async def test_a_burst_that_exits_before_a_reading_still_fails(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
