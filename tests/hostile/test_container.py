@@ -271,8 +271,9 @@ async def test_writing_past_the_workspace_limit_stops_the_step(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
     runner = make_runner(limits=WORKSPACE_64M)
-    # 1 GB, then wait: unstopped, it would end at its timeout (and not fill the test machine's disk).
-    fill = "dd if=/dev/zero of=big bs=1M count=1000 && sleep 60"
+    # 1 GB in files each under the limit, then wait: unstopped, it would end at its timeout (and
+    # not fill the test machine's disk).
+    fill = "i=0; while [ $i -lt 25 ]; do head -c 40M /dev/zero > f$i; i=$((i + 1)); done; sleep 60"
     result = await runner.run(sh("fill", fill, timeout_s=30), workspace)
     assert not result.timed_out, "the step ran until its timeout: nothing stopped the writer"
     assert not result.ok
@@ -287,9 +288,10 @@ async def test_one_file_stops_growing_at_the_workspace_limit(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
     runner = make_runner(limits=WORKSPACE_64M)
-    script = "dd if=/dev/zero of=big bs=1M count=1000 2>&1 | grep -o 'File too large'; stat -c 'size %s' big"
-    result = await runner.run(sh("one-file", script, timeout_s=60), workspace)
-    assert "File too large" in result.output
+    result = await runner.run(
+        sh("one-file", "dd if=/dev/zero of=big bs=1M count=1000; stat -c 'size %s' big"), workspace
+    )
+    assert "File size limit exceeded" in result.output  # the shell's word for dd's SIGXFSZ
     assert f"size {64 << 20}" in result.output.split("\n")
     assert result.stopped_by_limit, result.output
 
@@ -298,7 +300,8 @@ async def test_a_burst_that_exits_before_a_reading_still_fails(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
     runner = make_runner(limits=WORKSPACE_64M)
-    result = await runner.run(sh("burst", "head -c 100000000 /dev/zero > burst"), workspace)
+    burst = "head -c 40000000 /dev/zero > a && head -c 40000000 /dev/zero > b"  # each under the limit
+    result = await runner.run(sh("burst", burst), workspace)
     assert result.exit_code == 0
     assert not result.ok
     assert result.stopped_by_limit, "the step's last write went unmeasured"
@@ -308,7 +311,7 @@ async def test_data_hidden_in_an_unreadable_directory_is_counted(
     make_runner: MakeRunner, workspace: Path
 ) -> None:
     runner = make_runner(limits=WORKSPACE_64M)
-    hide = "mkdir hidden && head -c 100000000 /dev/zero > hidden/big && chmod 000 hidden && sleep 30"
+    hide = "mkdir hidden && head -c 40M /dev/zero > hidden/a && head -c 40M /dev/zero > hidden/b && chmod 000 hidden && sleep 30"
     result = await runner.run(sh("hide", hide, timeout_s=60), workspace)
     assert result.stopped_by_limit, result.output
     assert result.duration_s < 30
