@@ -19,7 +19,9 @@ are separate containers) and holds them in memory. So a watchdog keeps the limit
 * If the watcher ends before the run does, the step in progress is killed and later steps are
   refused: an unwatched step could fill the disk.
 
-What the user sees is :attr:`StepResult.stopped_by_limit`: "the run wrote more than the
+A single file cannot outgrow the limit at all: the container runner also sets the file-size
+limit (``RLIMIT_FSIZE``) to it, which the kernel enforces on every write; the watchdog is for
+many files. What the user sees is :attr:`StepResult.stopped_by_limit`: "the run wrote more than the
 workspace's 10g limit (limits.workspace_size) …", and the step fails.
 """
 

@@ -357,3 +357,28 @@ async def test_one_runner_serves_one_workspace(make_runner, workspace, tmp_path,
     with pytest.raises(RunnerError, match="one runner serves one workspace"):
         await runner.run(sh("second", "true"), other)
     assert containers_of(docker_client, runner.run_id, role="step") == []
+
+
+@pytest.mark.docker
+async def test_a_step_whose_workspace_watcher_dies_is_stopped_and_later_steps_refused(
+    make_runner, workspace, docker_client
+):
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
+    for _ in range(200):
+        watchers = docker_client.containers.list(
+            filters={"label": [f"paritybot.run-id={runner.run_id}", "paritybot.role=watch"]}
+        )
+        steps = containers_of(docker_client, runner.run_id, role="step")
+        if watchers and steps:
+            break
+        await asyncio.sleep(0.05)
+    assert watchers, "the watcher never started"
+    watchers[0].kill()
+    result = await asyncio.wait_for(task, timeout=30)
+    assert not result.ok and not result.timed_out
+    assert result.stopped_by_limit and result.stopped_by_limit.startswith(
+        "the workspace's size could not be watched: the watcher exited with code 137"
+    )
+    with pytest.raises(RunnerError, match="the workspace's size could not be watched"):
+        await runner.run(sh("after", "true"), workspace)
