@@ -265,6 +265,10 @@ class RunReport(Model):
     )
     runner: str = "host"
     runner_reason: str = ""
+    networked_steps: list[str] = Field(
+        default_factory=list,
+        description="steps that ran the pull request's code with network, as the base branch's config allowed",
+    )
     state: RunState = RunState.RUNNING
     error: str | None = Field(None, description="why the run itself broke, if it did")
     probe: EnvFacts | None = None

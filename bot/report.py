@@ -575,6 +575,8 @@ def _about_line(report: RunReport, check_run_url: str | None) -> str:
         where += f" on the runner's host (environment {_code(report.environment)}{reason})"
     else:
         where += f" in image {_code(image)} (environment {_code(report.environment)})"
+    if report.networked_steps:
+        where += f" · network allowed for {_esc(', '.join(report.networked_steps))}"
     took = _duration(report)
     if took:
         where += f" · took {took}"

@@ -10,10 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
+
+
+class ToolStore(BaseModel):
+    """A directory kept across runs for a tool's installed environments (pre-commit's hooks).
+
+    ``key`` names what the store was built from (a digest of those inputs), so runs whose inputs
+    differ never share one. Only a step that sees no workspace may write it: every step that runs a
+    pull request's code gets it read-only, so one pull request cannot change what another one runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    env: str = Field(description="the variable that receives the store's path, e.g. PRE_COMMIT_HOME")
+    writable: bool = False
 
 
 class Step(BaseModel):
@@ -35,6 +50,20 @@ class Step(BaseModel):
         default_factory=list,
         description="workspace-relative files read back after the step (e.g. a JUnit report)",
     )
+    workspace: bool = Field(
+        True,
+        description="False: the step sees nothing of the run (no workspace, no home directory); it "
+        "starts in an empty temporary directory",
+    )
+    store: ToolStore | None = None
+
+    @model_validator(mode="after")
+    def _store_written_only_without_workspace(self) -> Step:
+        if self.store is not None and self.store.writable and self.workspace:
+            raise ValueError("a step that sees the workspace gets a store read-only")
+        if not self.workspace and (self.inject or self.collect or self.workdir not in (".", "")):
+            raise ValueError("a step without the workspace cannot inject, collect or set a workdir")
+        return self
 
 
 class StepResult(BaseModel):
@@ -75,9 +104,6 @@ class RunnerInfo(BaseModel):
     image_ref: str | None = Field(None, description="how a repro command names the image")
     gpus: str | None = Field(None, description="the --gpus value a repro command needs")
     env: dict[str, str] = Field(default_factory=dict)
-    precommit_cache: str | None = Field(
-        None, description="where hook environments persist across runs, as the steps see the path"
-    )
 
 
 class Runner(Protocol):

@@ -1,7 +1,9 @@
 """The host runner: each step is a subprocess on the runner's own machine, with a timeout.
 
 It is the fallback when no container engine is reachable, and what ``paritybot check`` uses on a
-laptop. It gives no isolation: use it only for trusted code or inside a disposable machine.
+laptop. It gives no isolation: use it only for trusted code or inside a disposable machine. So a
+step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
+``store_root`` (default: the user's cache directory), writable whatever the step asked.
 """
 
 from __future__ import annotations
@@ -9,20 +11,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import structlog
 
-from runner.base import RunnerInfo, Step, StepResult, cap_output
+from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output
 
 log = structlog.get_logger(__name__)
 
 
+def default_store_root() -> Path:
+    """Where stores live on the host: the user's cache directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paritybot" / "stores"
+
+
 class HostRunner:
-    def __init__(self, reason: str = "", env: dict[str, str] | None = None, output_limit: int = 200_000):
+    def __init__(
+        self,
+        reason: str = "",
+        env: dict[str, str] | None = None,
+        output_limit: int = 200_000,
+        *,
+        store_root: Path | None = None,
+    ):
         env = dict(env or {})
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
         # paritybot, even when its virtual environment is not activated.
@@ -31,6 +47,7 @@ class HostRunner:
         self._proc: asyncio.subprocess.Process | None = None
         self._cancelled = False
         self._output_limit = output_limit
+        self._store_root = store_root or default_store_root()
 
     @property
     def info(self) -> RunnerInfo:
@@ -42,11 +59,28 @@ class HostRunner:
     async def run(self, step: Step, workspace: Path) -> StepResult:
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
+        if step.workspace:
+            return await self._run_in(step, workspace)
+        # A step that must not see the workspace starts in an empty directory of its own.
+        bare = Path(tempfile.mkdtemp(prefix=f"paritybot-{step.name}-"))
+        try:
+            return await self._run_in(step, bare)
+        finally:
+            shutil.rmtree(bare, ignore_errors=True)
+
+    def _store_env(self, store: ToolStore | None) -> dict[str, str]:
+        if store is None:
+            return {}
+        path = self._store_root / store.key
+        path.mkdir(parents=True, exist_ok=True)
+        return {store.env: str(path)}
+
+    async def _run_in(self, step: Step, workspace: Path) -> StepResult:
         for rel, text in step.inject.items():
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**os.environ, **self._info.env, **step.env}
+        env = {**os.environ, **self._info.env, **step.env, **self._store_env(step.store)}
         started = time.monotonic()
         try:
             # A new session, so a timeout or cancel kills the whole process group, not just its leader.
@@ -84,7 +118,8 @@ class HostRunner:
         for rel in step.collect:
             path = workspace / rel
             if path.is_file():
-                collected[rel] = path.read_text(errors="replace")
+                # Bytes, decoded as the container runner does: line endings kept as they are.
+                collected[rel] = path.read_bytes().decode("utf-8", "replace")
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,
