@@ -346,11 +346,8 @@ def summarize(
     """The check's result from its rows; ``broken`` is the hook whose container gave no verdict."""
     if broken is not None:
         hook_id, result = broken
-        why = (
-            result.describe_failure()
-            if not result.exit_code
-            else f"pre-commit exited with {result.exit_code}"
-        )
+        stopped = result.error or result.timed_out or result.oom_killed
+        why = result.describe_failure() if stopped else f"pre-commit exited with {result.exit_code}"
         return PrecommitResult(
             status=CheckStatus.ERROR,
             hooks=rows,

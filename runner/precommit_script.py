@@ -64,7 +64,7 @@ def classify(config_text, list_path, out_path):
     # list of stages moved from constants to clientlib.
     from pre_commit import clientlib
 
-    stages = getattr(clientlib, "STAGES", None) or getattr(C, "STAGES", ())
+    stages = getattr(clientlib, "STAGES", getattr(C, "STAGES", ()))
     stage = "pre-commit" if "pre-commit" in stages else "commit"
     hooks = []
     for hook in all_hooks(config, Store()):
