@@ -52,6 +52,7 @@ from runner.gitdiff import (
     read_files,
     tree_entries,
 )
+from runner.precommit_script import INSTALLED_MARK
 
 log = structlog.get_logger(__name__)
 
@@ -71,15 +72,20 @@ MAX_FIX_FILES = 50
 MAX_COLLECT = 300
 
 # Positional parameters: $1 the driver script, then its arguments. pre-commit may be a console
-# script (its interpreter is on the shebang line) or only a module of python3 / python.
+# script (its interpreter is on the shebang line) or only a module of python3 / python; finding
+# the module (without importing it) costs a bare interpreter start.
 _FIND_PYTHON = f"""
 driver=$1; shift
 for py in "$(command -v pre-commit >/dev/null 2>&1 && sed -n '1s/^#![[:space:]]*//p' "$(command -v pre-commit)")" python3 python; do
-  if [ -n "$py" ] && $py -I -c 'import pre_commit.main' >/dev/null 2>&1; then exec $py -I -c "$driver" "$@"; fi
+  if [ -n "$py" ] && $py -I -c 'import importlib.util as u, sys; sys.exit(u.find_spec("pre_commit") is None)' >/dev/null 2>&1; then
+    exec $py -I -c "$driver" "$@"
+  fi
 done
 echo "{NOT_FOUND_MARK}"
 exit {NOT_INSTALLED_EXIT}
 """
+# A store that an earlier run completed needs no install: the step ends before any interpreter starts.
+_INSTALL = f'[ -e "${STORE_ENV}/{INSTALLED_MARK}" ] && exit 0\n{_FIND_PYTHON}'
 
 # A container user rarely owns the mounted workspace; git would refuse it as "dubious".
 _GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
@@ -114,7 +120,7 @@ def _offline(network: bool) -> dict[str, str]:
 def install_step(config_text: str, store_key: str, timeout_s: float, network: bool) -> Step:
     return Step(
         name="pre-commit-install",
-        argv=["sh", "-c", _FIND_PYTHON, "pre-commit-install", driver_source(), "install", config_text],
+        argv=["sh", "-c", _INSTALL, "pre-commit-install", driver_source(), "install", config_text],
         env=_offline(network),
         timeout_s=timeout_s,
         network=network,

@@ -23,6 +23,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+# Written into the store once every hook environment is installed; a later install step then ends
+# at once (runner/precommit.py).
+INSTALLED_MARK = "paritybot-installed"
+
 
 def _write_config(text):
     directory = tempfile.mkdtemp(prefix="paritybot-pre-commit-")
@@ -45,7 +49,10 @@ def install(config_text):
     os.chdir(directory)
     from pre_commit.main import main
 
-    return main(["install-hooks", "--config", path])
+    status = main(["install-hooks", "--config", path])
+    if status == 0:
+        open(os.path.join(os.environ["PRE_COMMIT_HOME"], INSTALLED_MARK), "w").close()
+    return status
 
 
 def classify(config_text, list_path, out_path):
