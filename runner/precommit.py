@@ -33,6 +33,7 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -143,8 +144,15 @@ def classify_step(config_text: str, store_key: str, files: list[str], timeout_s:
 
 
 def hook_step(
-    python: str, config_text: str, store_key: str, hook: PlannedHook, timeout_s: float, network: bool
+    python: str,
+    config_text: str,
+    store_key: str,
+    hook: PlannedHook,
+    timeout_s: float,
+    network: bool,
+    collect: list[str],
 ) -> Step:
+    """``collect``: files to read back afterwards, to see what the hook changed."""
     return Step(
         name=f"pre-commit hook {hook.id}",
         argv=[python, "-I", "-c", driver_source(), "run", config_text, hook.id, FILES_LIST],
@@ -152,7 +160,7 @@ def hook_step(
         timeout_s=timeout_s,
         network=network,
         inject={FILES_LIST: "\0".join(hook.files)},
-        collect=list(hook.files[:MAX_COLLECT]),
+        collect=collect,
         store=ToolStore(key=store_key, env=STORE_ENV),
     )
 
@@ -303,6 +311,12 @@ def hook_result(hook: PlannedHook, result: StepResult | None, files_modified: bo
     )
 
 
+def to_collect(hook: PlannedHook, before: dict[str, str | None]) -> list[str]:
+    """The files read back after ``hook``: those it was given that the bot read at the head commit
+    (not links, not oversized files), at most MAX_COLLECT."""
+    return [f for f in hook.files if before.get(f) is not None][:MAX_COLLECT]
+
+
 def changed_contents(current: dict[str, str | None], paths: list[str], collected: dict[str, str]) -> bool:
     """Take the contents read back after a hook into ``current``; whether any of them changed.
 
@@ -310,8 +324,6 @@ def changed_contents(current: dict[str, str | None], paths: list[str], collected
     """
     changed = False
     for path in paths:
-        if current.get(path) is None and path not in collected:
-            continue  # not a file the bot reads (a link, too large), before or after
         after = collected.get(path)
         if after != current.get(path):
             current[path] = after
@@ -486,9 +498,11 @@ async def run_precommit(
     except PlanError as exc:
         return PrecommitResult(status=CheckStatus.ERROR, message=str(exc), output=classified.output)
     skips = {s.strip() for s in info.env.get("SKIP", "").split(",") if s.strip()}
-    outcome = await _run_hooks(
-        runner, workspace, plan, change, config_text, store_key, head, skips, timeout_s, hook_network
-    )
+
+    def step_for(hook: PlannedHook, collect: list[str]) -> Step:
+        return hook_step(plan.python, config_text, store_key, hook, timeout_s, hook_network, collect)
+
+    outcome = await _run_hooks(runner, workspace, plan, change, head, skips, step_for, timeout_s)
     log.info("pre-commit finished", status=outcome.status, hooks=len(outcome.hooks))
     return outcome
 
@@ -498,12 +512,10 @@ async def _run_hooks(
     workspace: Path,
     plan: Plan,
     change: Change,
-    config_text: str,
-    store_key: str,
     head: str,
     skips: set[str],
+    step_for: Callable[[PlannedHook, list[str]], Step],
     timeout_s: float,
-    network: bool,
 ) -> PrecommitResult:
     """Each hook in its own container, in the config's order; then put back what they changed."""
     before = await asyncio.to_thread(read_files, workspace, head, change.files)
@@ -515,12 +527,11 @@ async def _run_hooks(
         if stopped or hook.id in skips or not hook.applies:
             rows.append(hook_result(hook, None, False))
             continue
-        result = await runner.run(
-            hook_step(plan.python, config_text, store_key, hook, timeout_s, network), workspace
-        )
+        collect = to_collect(hook, before)
+        result = await runner.run(step_for(hook, collect), workspace)
         if result.cancelled:
             return PrecommitResult(status=CheckStatus.CANCELLED, hooks=rows, message="pre-commit: cancelled")
-        modified = changed_contents(current, list(hook.files[:MAX_COLLECT]), result.collected)
+        modified = changed_contents(current, collect, result.collected)
         rows.append(hook_result(hook, result, modified))
         if hook_broke(result):
             broken = (hook.id, result)

@@ -102,10 +102,11 @@ def run(config_text, hook_id, list_path):
     # Given files, pre-commit checks exactly those and never stashes (which would write into its
     # store, read-only here). A hook that runs with no file gets a path that does not exist: pre-commit
     # drops it, where an empty --files would mean "the staged files" and stash.
-    files = _read_list(list_path) or [os.path.join(directory, "no-file")]
+    files = [os.path.join(".", f) for f in _read_list(list_path)] or [os.path.join(directory, "no-file")]
     from pre_commit.main import main
 
-    return main(["run", "--config", path, "--color", "never", hook_id, "--files", *files])
+    # "./" keeps a file named like an option (-h, --all-files) a file; "--" does the same for the id.
+    return main(["run", "--config", path, "--color", "never", "--files", *files, "--", hook_id])
 
 
 COMMANDS: dict[str, Callable[..., int]] = {"install": install, "classify": classify, "run": run}

@@ -413,6 +413,8 @@ async def test_nothing_a_hook_prints_or_writes_makes_or_changes_a_row(make_runne
         # With the workspace importable, this would stand in for pre-commit in every hook's container.
         "pre_commit/__init__.py": "",
         "pre_commit/main.py": FAKE_PRE_COMMIT,
+        # Named like pre-commit's help option: on its command line it would print help and exit 0.
+        "-h": "not an option\n",
     }
     repo, base, head = _pull_request(tmp_path / "pr", config, files)
 
