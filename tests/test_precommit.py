@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from pathlib import Path
 
+import docker
 import pytest
+from docker_support import docker_client, test_image
 from sample_repo import SampleRepo, commit_all, git, make_sample_repo, tool_env
 
+from bot.config import Environment
 from bot.models import CheckStatus, HookStatus, PrecommitResult
-from runner.base import StepResult
+from runner.base import Step, StepResult
+from runner.docker import DockerRunner
 from runner.host import HostRunner
 from runner.precommit import (
     CONFIG_FILE,
@@ -28,6 +33,8 @@ from runner.precommit import (
     run_precommit,
     summarize,
 )
+
+__all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 
 
 @pytest.fixture
@@ -199,6 +206,34 @@ async def test_hooks_named_in_skip_and_hooks_after_a_fail_fast_failure_are_skipp
         ("no-print", HookStatus.SKIPPED),
         ("trailing-whitespace", HookStatus.FAILED),
     ]
+
+
+@pytest.mark.docker
+async def test_in_a_container_the_hooks_report_the_same_and_the_code_is_put_back(
+    sample: SampleRepo, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    env = Environment(name="ci", image=test_image, gpus="none")
+    runner = DockerRunner(env, f"t-{uuid.uuid4().hex[:12]}", docker_client)
+    try:
+        await runner.prepare()
+        result = await run_precommit(runner, sample.path, sample.base_sha, sample.head_sha, "ci", 300)
+        after = await runner.run(
+            Step(name="after", argv=["git", "diff", "--stat"], env=SAFE_GIT), sample.path
+        )
+    finally:
+        await runner.close()
+
+    assert result.status == CheckStatus.FAILED
+    assert [(h.id, h.status, h.files_modified) for h in result.hooks] == [
+        ("no-print", HookStatus.FAILED, False),
+        ("trailing-whitespace", HookStatus.FAILED, True),
+    ]
+    assert result.fix_command == "pre-commit run --files src/calc/stats.py"
+    assert "-    print(ordered)   \n+    print(ordered)\n" in result.diff
+    assert after.exit_code == 0 and after.output == ""  # the tests see the code as pushed
+
+
+SAFE_GIT = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
 
 # --- the pure parts --------------------------------------------------------------------------------
