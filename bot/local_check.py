@@ -25,6 +25,7 @@ from bot.config import (
 )
 from bot.models import RunKind, RunReport, RunRequest
 from bot.report import Stage, Verdict, render_comment, verdict
+from runner import gitdiff
 from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
 from runner.selection import default_coverage_dir
 
@@ -59,9 +60,10 @@ def load_local_config(repo: Path, head_sha: str, config_file: Path | None) -> Re
         except OSError as exc:
             raise CheckError(f"{config_file}: {exc.strerror}") from None
     try:
-        text = _git(repo, "show", f"{head_sha}:{CONFIG_PATH}")
-    except CheckError:
-        text = None
+        # From git's objects: a link committed in its place is refused, never followed.
+        text = gitdiff.read_file(repo, head_sha, CONFIG_PATH)
+    except gitdiff.UnsafeFileError as exc:
+        raise CheckError(str(exc)) from None
     return parse_repo_config(text)
 
 

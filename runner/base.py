@@ -20,8 +20,9 @@ class ToolStore(BaseModel):
     """A directory kept across runs for a tool's installed environments (pre-commit's hooks).
 
     ``key`` names what the store was built from (a digest of those inputs), so runs whose inputs
-    differ never share one. Only a step that sees no workspace may write it: every step that runs a
-    pull request's code gets it read-only, so one pull request cannot change what another one runs.
+    differ never share one. Only a scratch step, which sees nothing of the run, may write it: every
+    step that runs a pull request's code gets it read-only, so one pull request cannot change what
+    another one runs.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,6 +42,13 @@ class Step(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(1800, gt=0)
     network: bool = Field(False, description="whether the step may reach the network")
+    scratch: bool = Field(
+        False,
+        description="run in a new empty directory outside the workspace instead of the workspace: "
+        "for steps that must not see the pull request's files (the probe, installing pre-commit's "
+        "hook environments); nothing of the run is reachable from it, and workdir, inject and "
+        "collect are relative to that directory",
+    )
     workdir: str = Field(".", description="relative to the workspace root")
     inject: dict[str, str] = Field(
         default_factory=dict,
@@ -50,19 +58,14 @@ class Step(BaseModel):
         default_factory=list,
         description="workspace-relative files read back after the step (e.g. a JUnit report)",
     )
-    workspace: bool = Field(
-        True,
-        description="False: the step sees nothing of the run (no workspace, no home directory); it "
-        "starts in an empty temporary directory",
-    )
     store: ToolStore | None = None
 
     @model_validator(mode="after")
-    def _store_written_only_without_workspace(self) -> Step:
-        if self.store is not None and self.store.writable and self.workspace:
-            raise ValueError("a step that sees the workspace gets a store read-only")
-        if not self.workspace and (self.inject or self.collect or self.workdir not in (".", "")):
-            raise ValueError("a step without the workspace cannot inject, collect or set a workdir")
+    def _store_written_only_from_scratch(self) -> Step:
+        if self.store is not None and self.store.writable and not self.scratch:
+            raise ValueError(
+                "a step that sees the workspace gets a store read-only; only a scratch step writes it"
+            )
         return self
 
 

@@ -10,15 +10,16 @@ What a run gets, and why:
   to step, while the host's checkout is never written. The copy is made with the Docker API
   (``put_archive``), so it works with a remote engine and with a runner that itself runs in a
   container. The volume is removed when the run closes, or at the next start-up if the runner
-  died (:func:`remove_orphans`).
+  died (:func:`remove_orphans`). A scratch step (``Step.scratch``) gets a new volume of its own
+  instead, mounted at the same place: its directory and home, and nothing of the run.
 * Hardening by default: a non-root user (``environment.user``, else ``1000:1000``, which needs no
   entry in the image's ``/etc/passwd``), every capability dropped, ``no-new-privileges``, a
   read-only root file system, a size-limited ``/tmp`` tmpfs, memory (without swap), process, CPU
   and ``/dev/shm`` limits, and no network unless the step asks for it.
 * A step that asks for a store (pre-commit's hook environments) gets a named volume keyed by the
   store's key, the image digest and the user id, so it survives runs but is never shared by runs
-  whose inputs differ. It is mounted writable only into a step that sees no workspace (the step
-  that installs the environments from the config alone) and read-only everywhere else, so a pull
+  whose inputs differ. It is mounted writable only into a scratch step (the one that installs the
+  environments from the config alone) and read-only everywhere else, so a pull
   request's code cannot change the environments another run uses. There is no shared pip cache: a
   step's pip caches in the run's own home directory, which goes with the run.
 * Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets.
@@ -57,13 +58,14 @@ LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or store (kept
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
+# A scratch step gets a new volume of its own at RUN_MOUNT, never the run's: its directory and home
+# sit where a workspace step's would, but nothing of the run (the workspace, the home) is there.
+SCRATCH_PATH = f"{RUN_MOUNT}/scratch"
 HOME_DIR = f"{RUN_MOUNT}/home"
 STORE_MOUNT = "/paritybot-store"
 # A fresh volume's root belongs to root; the data lives one level down, in a directory the
 # runner creates with the step user's ownership.
 STORE_SUBDIR = "data"
-# Where a step that sees no workspace starts, and its home: the container's own tmpfs.
-BARE_DIR = "/tmp"
 DEFAULT_USER = "1000:1000"
 NVIDIA_HINT = (
     "the container engine has no NVIDIA runtime: install the NVIDIA Container Toolkit "
@@ -495,12 +497,14 @@ class DockerRunner:
             raise RunnerError(f"{step.name}: container engine error: {_api_error_text(exc)}") from None
 
     def _create(self, step: Step, workspace: Path) -> Container:
-        mounts: dict[str, dict[str, str]] = {}
-        if step.workspace:
+        name = f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}"
+        if step.scratch:
+            mounts = {self._scratch_volume(name): {"bind": RUN_MOUNT, "mode": "rw"}}
+        else:
             self._ensure_volumes()
             mounts = self._mounts()
         env = {
-            "HOME": HOME_DIR if step.workspace else BARE_DIR,
+            "HOME": HOME_DIR,
             "USER": "paritybot",
             "LOGNAME": "paritybot",
             "TMPDIR": "/tmp",
@@ -510,17 +514,13 @@ class DockerRunner:
         if step.store is not None:
             mounts |= self._store_mount(step.store)
             env[step.store.env] = f"{STORE_MOUNT}/{STORE_SUBDIR}"
-        if not step.workspace:
-            workdir = BARE_DIR
-        elif step.workdir not in (".", ""):
-            workdir = f"{WORKSPACE_DIR}/{_safe_relative(step.workdir)}"
-        else:
-            workdir = WORKSPACE_DIR
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
+        workdir = f"{root}/{_safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
         try:
             container = self.client.containers.create(
                 self._image_id,
                 step.argv,
-                name=f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}",
+                name=name,
                 user=self._user,
                 environment=env,
                 working_dir=workdir,
@@ -536,7 +536,9 @@ class DockerRunner:
                 f"{step.name}: could not create the container: {_api_error_text(exc)}"
             ) from None
         try:
-            if step.workspace:
+            if step.scratch:
+                self._fill_scratch(container, step, root)
+            else:
                 self._fill(container, step, workspace)
         except BaseException:
             _remove_container(container)
@@ -564,11 +566,24 @@ class DockerRunner:
         files = {f"workspace/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
 
+    def _fill_scratch(self, container: Container, step: Step, root: str) -> None:
+        """A scratch step gets its injected files in its own volume; the workspace is never there."""
+        uid, gid = self._uid_gid or (0, 0)
+        top = root.removeprefix(f"{RUN_MOUNT}/")
+        files = {f"{top}/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
+        container.put_archive(RUN_MOUNT, files_archive(["home", top], files, uid, gid))
+
     def _ensure_volumes(self) -> None:
         if self._volumes_ready:
             return
         self._get_or_create_volume(self._run_volume, self._labels("workspace"))
         self._volumes_ready = True
+
+    def _scratch_volume(self, container_name: str) -> str:
+        """A new, empty volume for one scratch step; removed with the run's volumes."""
+        name = f"{container_name}-scratch"
+        self.client.volumes.create(name, labels=self._labels("workspace"))
+        return name
 
     def _store_mount(self, store: ToolStore) -> dict[str, dict[str, str]]:
         """The store's volume, writable only for a step that sees no workspace (see Step)."""
@@ -642,7 +657,8 @@ class DockerRunner:
         state = (await asyncio.to_thread(_inspect_state, container)) or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
-        collected = await asyncio.to_thread(self._collect, container, step.collect)
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
+        collected = await asyncio.to_thread(self._collect, container, step.collect, root)
         output = buffer.text(self._secrets)
         if oom:
             output += f"\n[paritybot] killed: out of memory (limit {self.environment.limits.memory})\n"
@@ -683,11 +699,11 @@ class DockerRunner:
         code = result.get("StatusCode")
         return code if isinstance(code, int) else None
 
-    def _collect(self, container: Container, paths: list[str]) -> dict[str, str]:
+    def _collect(self, container: Container, paths: list[str], root: str) -> dict[str, str]:
         collected: dict[str, str] = {}
         for rel in paths:
             try:
-                chunks, _ = container.get_archive(f"{WORKSPACE_DIR}/{_safe_relative(rel)}")
+                chunks, _ = container.get_archive(f"{root}/{_safe_relative(rel)}")
                 text = read_archive_file(chunks)
             except (docker.errors.NotFound, RunnerError):
                 continue
@@ -716,13 +732,15 @@ class DockerRunner:
             await asyncio.to_thread(self._client.close)
 
     def _remove_run_volume(self) -> None:
-        # Containers of this run hold the volume; remove any left by a step that crashed midway.
+        # Containers of this run hold the volumes; remove any left by a step that crashed midway.
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
         ):
             _remove_container(container)
-        with contextlib.suppress(docker.errors.NotFound):
-            self.client.volumes.get(self._run_volume).remove(force=True)
+        # The workspace volume and every scratch step's volume.
+        for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                volume.remove(force=True)
 
 
 def _kill(container: Container) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -59,14 +58,11 @@ class HostRunner:
     async def run(self, step: Step, workspace: Path) -> StepResult:
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
-        if step.workspace:
-            return await self._run_in(step, workspace)
-        # A step that must not see the workspace starts in an empty directory of its own.
-        bare = Path(tempfile.mkdtemp(prefix=f"paritybot-{step.name}-"))
-        try:
-            return await self._run_in(step, bare)
-        finally:
-            shutil.rmtree(bare, ignore_errors=True)
+        if step.scratch:
+            # A fresh directory elsewhere: the step never has the pull request's files beside it.
+            with tempfile.TemporaryDirectory(prefix="paritybot-step-") as scratch:
+                return await self._run_in(step, Path(scratch))
+        return await self._run_in(step, workspace)
 
     def _store_env(self, store: ToolStore | None) -> dict[str, str]:
         if store is None:

@@ -125,7 +125,7 @@ def install_step(config_text: str, store_key: str, timeout_s: float, network: bo
         env=_offline(network),
         timeout_s=timeout_s,
         network=network,
-        workspace=False,
+        scratch=True,
         store=ToolStore(key=store_key, env=STORE_ENV, writable=True),
     )
 

@@ -102,13 +102,11 @@ def test_store_volumes_differ_per_key_image_and_user():
     assert a != store_volume_name("pc-2", "sha256:" + "a" * 64, 1000)
 
 
-def test_only_a_step_without_the_workspace_may_write_a_store():
+def test_only_a_scratch_step_may_write_a_store():
     store = ToolStore(key="pc-1", env="PRE_COMMIT_HOME", writable=True)
     with pytest.raises(ValueError, match="gets a store read-only"):
         Step(name="hook", argv=["true"], store=store)
-    with pytest.raises(ValueError, match="cannot inject"):
-        Step(name="install", argv=["true"], workspace=False, inject={"a": "b"})
-    assert Step(name="install", argv=["true"], workspace=False, store=store).store == store
+    assert Step(name="install", argv=["true"], scratch=True, store=store).store == store
 
 
 def test_output_buffer_keeps_head_and_tail_and_hides_a_secret_cut_in_two():
@@ -468,24 +466,27 @@ async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_clie
 
 
 @pytest.mark.docker
-async def test_a_store_is_filled_without_the_workspace_and_read_only_beside_it(
+async def test_a_store_is_filled_from_scratch_and_read_only_beside_the_workspace(
     make_runner, workspace, docker_client
 ):
     key = f"t-{uuid.uuid4().hex[:12]}"
     writer = ToolStore(key=key, env="STORE", writable=True)
     reader = ToolStore(key=key, env="STORE")
     first = make_runner()
+    # The workspace is in the run's volume now; a scratch step still sees none of it, nor the home.
+    copied = await first.run(sh("copy", "echo left-in-home > $HOME/note; ls"), workspace)
+    assert "README.md" in copied.output.split()
     wrote = await first.run(
         Step(
             name="fill",
-            argv=["sh", "-c", "ls -A; touch $STORE/env && echo home=$HOME"],
-            workspace=False,
+            argv=["sh", "-c", "ls -A . $HOME /paritybot; touch $STORE/env"],
+            scratch=True,
             store=writer,
         ),
         workspace,
     )
     assert wrote.exit_code == 0, wrote.output
-    assert wrote.output.split() == ["home=/tmp"]  # an empty directory: nothing of the run
+    assert "README.md" not in wrote.output and "note" not in wrote.output and "workspace" not in wrote.output
     await first.close()
     second = make_runner()
     seen = await second.run(sh("use", "ls $STORE; touch $STORE/other", store=reader), workspace)
