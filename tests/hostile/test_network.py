@@ -38,6 +38,7 @@ from gitrepo import GitRepo
 from bot.config import Environment, RepoConfig, ResourceLimits
 from bot.models import CheckStatus, HookStatus, PrecommitResult, RunReport, RunRequest, RunScope, RunState
 from bot.report import Stage, render_comment
+from runner.base import Step
 from runner.docker import DockerRunner
 from runner.pipeline import Pipeline, PipelineDeps
 from runner.precommit import CONFIG_FILE, run_precommit
@@ -211,7 +212,11 @@ async def test_installing_hook_environments_sees_no_file_of_the_pull_request(
     setup_py = "raise SystemExit('PR-SETUP-RAN: the pull request ran code in the install')\n"
     repo, base, head = _pull_request(tmp_path / "pr", config, {"evil/setup.py": setup_py, "a.py": "x = 1\n"})
 
-    result = await _precommit(make_runner(env=offline_wheels), repo, base, head)
+    runner = make_runner(env=offline_wheels)
+    await runner.prepare()
+    # The pull request's files are in the run's volume before the install, as after any earlier step.
+    assert (await runner.run(Step(name="earlier", argv=["test", "-f", "evil/setup.py"]), repo.path)).ok
+    result = await _precommit(runner, repo, base, head)
 
     assert result.status == CheckStatus.ERROR
     assert result.message.startswith("pre-commit failed installing the hook environments")
