@@ -22,6 +22,7 @@ from bot.models import (
     CheckStatus,
     DocstringResult,
     EnvFacts,
+    HookStatus,
     PrecommitResult,
     RunKind,
     RunReport,
@@ -193,7 +194,7 @@ class Pipeline:
                 install_network=env.network.precommit_install,
                 hook_network=env.network.precommit,
             )
-            if env.network.precommit:
+            if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
                 report.networked_steps.append("pre-commit hooks")
         elif cfg.checks.precommit:
             report.precommit = PrecommitResult(
