@@ -26,8 +26,13 @@ from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from gitrepo import GitRepo
 
-from bot.models import RunReport, RunState
+from bot.config import Environment, RepoConfig
+from bot.models import RunReport, RunRequest, RunState
 from bot.report import STICKY_MARKER
+from runner.base import Step
+from runner.host import HostRunner
+from runner.pipeline import Pipeline, PipelineDeps
+from runner.select_runner import RunnerPolicy, runner_factory
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 
@@ -169,6 +174,39 @@ async def test_a_trusted_author_runs_on_the_host_runner_without_the_service_s_va
         await bot.stop()
 
 
+async def test_the_host_runner_passes_only_an_allow_list_of_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = {
+        "PARITYBOT_WEBHOOK_SECRET": SECRET,
+        "PARITYBOT_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----",
+        "DOCKER_HOST": "unix:///var/run/docker.sock",
+        "GITHUB_TOKEN": "ghs_" + "t" * 36,
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "SSH_AUTH_SOCK": "/run/ssh-agent.sock",
+    }
+    for name, value in service.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    runner = HostRunner(env={"OWN_VAR": "from-config"})
+    result = await runner.run(Step(name="env", argv=["env"], env={"STEP_VAR": "from-check"}), tmp_path)
+    printed = dict(line.split("=", 1) for line in result.output.splitlines() if "=" in line)
+    assert result.exit_code == 0
+    assert not set(service) & set(printed), printed
+    assert printed["OWN_VAR"] == "from-config" and printed["STEP_VAR"] == "from-check"
+    assert printed["LC_ALL"] == "C.UTF-8" and printed["HOME"] == os.environ["HOME"]
+    assert Path(sys.executable).parent.as_posix() in printed["PATH"]  # the checks' tools
+
+
+async def test_the_host_runner_hides_the_secrets_it_is_given(tmp_path: Path) -> None:
+    (tmp_path / "report.xml").write_text("<failure>token ghs_secret-token-1234</failure>")
+    runner = HostRunner(redact=("ghs_secret-token-1234",))
+    step = Step(name="leak", argv=["echo", "ghs_secret-token-1234"], collect=["report.xml"])
+    result = await runner.run(step, tmp_path)
+    assert result.output.strip() == "***"
+    assert result.collected["report.xml"] == "<failure>token ***</failure>"
+
+
 # --- the container runner: no engine, no image → nothing runs, and everyone is told ---------------------
 
 
@@ -288,6 +326,32 @@ async def test_the_service_s_secrets_printed_by_a_pr_reach_no_comment_and_no_che
             assert SECRET not in text and key_line not in text
     finally:
         await bot.stop()
+
+
+@pytest.mark.docker
+async def test_the_run_s_installation_token_printed_by_a_pr_is_hidden(
+    tmp_path: Path, test_image: str
+) -> None:
+    token = "ghs_" + "k" * 36
+    repo = GitRepo(tmp_path / "project")
+    base = repo.commit({"tests/test_ok.py": "def test_ok():\n    pass\n"})
+    leak = f"def test_leak():\n    print({token!r})\n    assert False, {token!r}\n"
+    head = repo.commit({"tests/test_leak.py": leak})
+    config = RepoConfig.model_validate({"checks": {"precommit": False, "docstrings": False}})
+    environment = Environment(name="ci", image=test_image, gpus="none")
+    deps = PipelineDeps(
+        runner_factory=runner_factory(RunnerPolicy(mode="docker")),
+        workspace_root=tmp_path / "ws",
+        cache_root=tmp_path / "cache",
+        token=token,
+    )
+    request = RunRequest(repo="octo/p", clone_url=str(repo.path), head_sha=head, base_sha=base)
+    report = await Pipeline(request, config, environment, "leak-run", deps).execute()
+    assert report.runner == "docker", report.error
+    assert report.tests is not None
+    [failed] = [r for r in report.tests.results if r.nodeid.endswith("test_leak")]
+    assert "***" in failed.message
+    assert token not in report.model_dump_json()
 
 
 # --- `paritybot check`: the base's config, no fallback with --runner docker ----------------------------
