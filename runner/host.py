@@ -25,8 +25,14 @@ from runner.base import RunnerInfo, Step, StepResult, cap_output, redact
 log = structlog.get_logger(__name__)
 
 # Variables of this process that steps inherit; everything else (PARITYBOT_*, DOCKER_HOST, tokens,
-# cloud credentials) stays out of reach of the code under test.
-PASSED_THROUGH = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"})
+# cloud credentials) stays out of reach of the code under test. Besides what a shell needs, the
+# GPUs and libraries the machine's operator chose for its runs; an environment's `env:` adds more.
+PASSED_THROUGH = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"),
+        *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    }
+)
 PASSED_THROUGH_PREFIXES = ("LC_",)
 
 
