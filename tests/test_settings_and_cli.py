@@ -15,12 +15,14 @@ CLI = [sys.executable, "-m", "bot.cli"]
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     import os
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("PARITYBOT_")}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd, timeout=timeout
+    )
 
 
 def test_serve_refuses_to_start_without_a_webhook_secret() -> None:
@@ -87,9 +89,10 @@ SERVING = {
     ],
 )
 def test_serve_refuses_a_host_runner_not_asked_for_in_so_many_words(
-    settings: dict[str, str], line: str
+    settings: dict[str, str], line: str, tmp_path: Path
 ) -> None:
-    done = run_cli("serve", env={**SERVING, **settings})
+    # A service that started anyway would serve until killed: the timeout fails the test then.
+    done = run_cli("serve", env={**SERVING, **settings}, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith(line) and done.stderr.count("\n") == 1, done.stderr
 
