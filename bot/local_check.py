@@ -27,6 +27,7 @@ from bot.config import (
 )
 from bot.models import RunKind, RunReport, RunRequest
 from bot.report import Stage, Verdict, render_comment, verdict
+from runner import gitdiff
 from runner.base import Runner, RunnerError, RunnerFactory, RunnerRequest
 from runner.pipeline import Pipeline, PipelineDeps
 from runner.select_runner import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
@@ -72,10 +73,11 @@ def config_commit(repo: Path, head_sha: str, base_sha: str | None) -> str:
 
 
 def _config_text(repo: Path, sha: str) -> str | None:
+    """The config at ``sha``, from git's objects: a link committed in its place is refused."""
     try:
-        return _git(repo, "show", f"{sha}:{CONFIG_PATH}")
-    except CheckError:
-        return None
+        return gitdiff.read_file(repo, sha, CONFIG_PATH)
+    except gitdiff.UnsafeFileError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def load_local_config(
@@ -95,7 +97,7 @@ def load_local_config(
         if text is not None
         else f"config: defaults ({sha[:12]} has no {CONFIG_PATH})"
     )
-    if sha != head_sha and _config_text(repo, head_sha) != text:
+    if sha != head_sha and gitdiff.read_files(repo, head_sha, [CONFIG_PATH])[CONFIG_PATH] != text:
         where += (
             f"; the change's own edits to {CONFIG_PATH} are not used, as on GitHub "
             "(--config FILE uses a file of yours)"

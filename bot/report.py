@@ -13,7 +13,6 @@ docstrings, and a check that finished early can be completed while the tests sti
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import structlog
 from pydantic import Field, field_validator, model_validator
 
 from bot import limits
+from bot import markdown as md
 from bot.config import CONFIG_PATH
 from bot.models import (
     CheckStatus,
@@ -155,32 +155,6 @@ def _flaky_tests(tests: TestsResult) -> list[TestCaseResult]:
 
 def _n(count: int, singular: str, plural: str | None = None) -> str:
     return f"{count:,} {singular if count == 1 else (plural or singular + 's')}"
-
-
-def _code(text: str) -> str:
-    """Inline code that survives backticks in the text (CommonMark: a longer delimiter run)."""
-    text = " ".join(text.split("\n"))
-    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    tick = "`" * (run + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{tick}{pad}{text}{pad}{tick}"
-
-
-def _fence(text: str, lang: str = "") -> str:
-    """A fenced block longer than any backtick run inside, so no content can close it early."""
-    run = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
-    tick = "`" * max(3, run + 1)
-    return f"{tick}{lang}\n{text.rstrip()}\n{tick}"
-
-
-def _esc(text: str) -> str:
-    """Plain text from a report, made inert: no HTML, no @mention pings, one line."""
-    text = html.escape(" ".join(text.split()), quote=False)
-    return re.sub(r"@(?=\w)", "@\u200b", text)
-
-
-def _cell(value: str | None) -> str:
-    return "—" if value is None or value == "" else _esc(value).replace("|", "\\|")
 
 
 def _details(summary: str, body: str, *, open_: bool = False) -> str:
@@ -418,7 +392,7 @@ def render_pr_comment(
         parts = (
             _comment_parts(s.report, where) if s.report is not None and s.stage != Stage.CONFIG_ERROR else []
         )
-        title = f"## Environment `{_esc(s.environment)}`"
+        title = f"## Environment {md.code(s.environment)}"
 
         def assemble(rendered: list[str], cut_note: str, head: str = head, title: str = title) -> str:
             return "\n\n".join(b for b in [title, head, *rendered, cut_note] if b)
@@ -441,8 +415,8 @@ def _comment_head(
         return "\n\n".join(
             [
                 heading,
-                f"paritybot could not read {_code(CONFIG_PATH)}, so nothing ran:",
-                limits.truncate(problems.strip(), limits.COMMENT_NOTICE_CHARS),
+                f"paritybot could not read {md.code(CONFIG_PATH)}, so nothing ran:",
+                _config_problems(limits.truncate(problems.strip(), limits.COMMENT_NOTICE_CHARS)),
                 f"Fix the file and push, or comment `{COMMAND}` once it is fixed on the base branch.",
             ]
         )
@@ -468,12 +442,19 @@ def _comment_head(
     return "\n\n".join(blocks)
 
 
+def _config_problems(problems: str) -> str:
+    """The config's problems as a list; they quote the file, so each is neutralised like a run's text."""
+    lines = [line.removeprefix("- ") for line in problems.splitlines() if line.strip()]
+    return "\n".join(f"- {md.prose(line)}" for line in lines)
+
+
 def _stage_heading(report: RunReport | None, stage: Stage, queue_position: int | None) -> str:
     if stage == Stage.QUEUED:
         if queue_position is None:
             return "⏳ Queued for a GPU runner"
         ahead = "next up" if queue_position == 1 else f"{queue_position - 1:,} ahead"
-        return f"⏳ Queued for a GPU runner: #{queue_position:,} in line ({ahead})"
+        # "#2" alone would link issue 2 of the repository; the zero-width space keeps it a number.
+        return f"⏳ Queued for a GPU runner: #{md.ZWSP}{queue_position:,} in line ({ahead})"
     if stage == Stage.RUNNING:
         return f"🔄 Running: {_running_now(report)}"
     if stage == Stage.CANCELLED:
@@ -481,7 +462,7 @@ def _stage_heading(report: RunReport | None, stage: Stage, queue_position: int |
     if stage == Stage.AWAITING_APPROVAL:
         return "⏸️ Waiting for approval to run on the GPU machines"
     if stage == Stage.CONFIG_ERROR:
-        return f"⚠️ Invalid {_code(CONFIG_PATH)}"
+        return f"⚠️ Invalid {md.code(CONFIG_PATH)}"
     assert report is not None  # checked by render_comment
     return _capitalised(_verdict_line(report))
 
@@ -568,15 +549,15 @@ def _check_bit(name: str, status: CheckStatus, findings: list[Finding]) -> list[
 
 
 def _about_line(report: RunReport, check_run_url: str | None) -> str:
-    where = f"as of commit {_code(_short_sha(report.head_sha))}"
+    where = f"as of commit {md.code(_short_sha(report.head_sha))}"
     image = _short_image(report)
     if report.runner == "host":
-        reason = f": {_esc(report.runner_reason)}" if report.runner_reason else ""
-        where += f" on the runner's host (environment {_code(report.environment)}{reason})"
+        reason = f": {md.prose(report.runner_reason)}" if report.runner_reason else ""
+        where += f" on the runner's host (environment {md.code(report.environment)}{reason})"
     elif image is not None:
-        where += f" in image {_code(image)} (environment {_code(report.environment)})"
+        where += f" in image {md.code(image)} (environment {md.code(report.environment)})"
     else:
-        where += f" (environment {_code(report.environment)}, no runner started)"
+        where += f" (environment {md.code(report.environment)}, no runner started)"
     took = _duration(report)
     if took:
         where += f" · took {took}"
@@ -589,7 +570,7 @@ def _not_run_line(report: RunReport) -> str:
     checks = [("pre-commit", report.precommit), ("docstrings", report.docstrings), ("tests", report.tests)]
     words = {CheckStatus.NOT_CONFIGURED: "not configured", CheckStatus.DISABLED: "disabled in the config"}
     skipped = [
-        f"{name} ({_esc(result.message) if result.message else words[result.status]})"
+        f"{name} ({md.prose(result.message) if result.message else words[result.status]})"
         for name, result in checks
         if result is not None and result.status in words
     ]
@@ -603,13 +584,13 @@ def _run_error_block(report: RunReport) -> str:
         return (
             "**⛔ Not run:** nothing of this change ran, for the reason below. It names a setting "
             f"to change, not a fault of your change; `{COMMAND}` tries again once it is changed.\n\n"
-            + _fence(text, "text")
+            + md.fence(text, "text")
         )
     checked = any(c is not None for c in (report.precommit, report.docstrings, report.tests))
     consequence = "so the results below are incomplete" if checked else "before any check ran"
     return (
         f"**💥 The run itself broke**, {consequence}. This is usually the machine's fault, not your "
-        f"change's; `{COMMAND}` tries again.\n\n" + _fence(text, "text")
+        f"change's; `{COMMAND}` tries again.\n\n" + md.fence(text, "text")
     )
 
 
@@ -623,7 +604,7 @@ def _footer(app_slug: str) -> str:
             f"`{COMMAND} help`",
         ]
     )
-    app = f"[{_esc(app_slug)}](https://github.com/apps/{app_slug})"
+    app = f"[{md.text(app_slug)}](https://github.com/apps/{app_slug})"
     return f"---\n<sub>{commands}. This comment is kept up to date by {app}.</sub>"
 
 
@@ -686,7 +667,7 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> _Part:
 
 def _failure_name_line(result: TestCaseResult) -> str:
     headline = error_headline(result.message)
-    return f"- {_code(result.nodeid)}" + (f": {_esc(_one_line(headline, 160))}" if headline else "")
+    return f"- {md.code(result.nodeid)}" + (f": {md.prose(_one_line(headline, 160))}" if headline else "")
 
 
 def _failure_entry(result: TestCaseResult) -> str:
@@ -694,23 +675,23 @@ def _failure_entry(result: TestCaseResult) -> str:
     if result.attempts > 1:
         what += f" on all {result.attempts} attempts"
     took = f", {result.duration_s:.1f} s" if result.duration_s else ""
-    lines = [f"**{_code(result.nodeid)}** {what}{took}"]
+    lines = [f"**{md.code(result.nodeid)}** {what}{took}"]
     if result.message.strip():
         lines.append(
-            _fence(_first_lines(result.message, limits.COMMENT_ERROR_LINES, limits.COMMENT_ERROR_CHARS))
+            md.fence(_first_lines(result.message, limits.COMMENT_ERROR_LINES, limits.COMMENT_ERROR_CHARS))
         )
     if result.repro:
         repro = limits.truncate("\n".join(result.repro), limits.COMMENT_REPRO_CHARS)
-        lines.append("Reproduce:\n" + _fence(repro, "sh"))
+        lines.append("Reproduce:\n" + md.fence(repro, "sh"))
     return "\n".join(lines)
 
 
 def _tests_error_section(tests: TestsResult) -> str:
     icon, verb = ("❗", "could not finish") if tests.status == CheckStatus.ERROR else ("❌", "failed")
-    body = _esc(tests.message) if tests.message else "No failing test was reported."
+    body = md.prose(tests.message) if tests.message else "No failing test was reported."
     if tests.output.strip():
         tail = tests.output.strip().splitlines()[-limits.COMMENT_ERROR_LINES :]
-        body += "\n\nLast lines of the output:\n" + _fence(
+        body += "\n\nLast lines of the output:\n" + md.fence(
             limits.truncate("\n".join(tail), limits.COMMENT_ERROR_CHARS), "text"
         )
     return _details(f"{icon} <b>The tests {verb}</b>", body, open_=True)
@@ -720,15 +701,15 @@ def _precommit_section(pc: PrecommitResult) -> str:
     failed = [h for h in pc.hooks if h.status == HookStatus.FAILED]
     if pc.status == CheckStatus.ERROR:
         summary = "❗ <b>pre-commit could not run</b>"
-        body = _esc(pc.message) if pc.message else "pre-commit stopped before reporting its hooks."
+        body = md.prose(pc.message) if pc.message else "pre-commit stopped before reporting its hooks."
         if pc.output.strip():
-            body += "\n\n" + _fence(_first_lines(pc.output, 40, limits.COMMENT_HOOK_OUTPUT_CHARS), "text")
+            body += "\n\n" + md.fence(_first_lines(pc.output, 40, limits.COMMENT_HOOK_OUTPUT_CHARS), "text")
         return _details(summary, body)
-    names = ", ".join(html.escape(h.id) for h in failed)
+    names = ", ".join(md.html_text(h.id) for h in failed)
     summary = f"❌ <b>pre-commit: {_n(len(failed), 'hook')} failed</b>" + (f" ({names})" if names else "")
     blocks = []
     if pc.fix_command:
-        blocks.append("Fix it locally, then commit and push:\n" + _fence(pc.fix_command, "sh"))
+        blocks.append("Fix it locally, then commit and push:\n" + md.fence(pc.fix_command, "sh"))
     if failed:
         listed = []
         for number, hook in enumerate(failed):
@@ -736,24 +717,24 @@ def _precommit_section(pc: PrecommitResult) -> str:
             item = f"- {_hook_label(hook)}{note}"
             if hook.output.strip() and number < limits.COMMENT_HOOK_OUTPUTS:
                 out = _first_lines(hook.output, 15, limits.COMMENT_HOOK_OUTPUT_CHARS)
-                item += "\n\n" + _indent(_fence(out, "text"), "  ")
+                item += "\n\n" + _indent(md.fence(out, "text"), "  ")
             listed.append(item)
         blocks.append("\n".join(listed))
     elif pc.message:
-        blocks.append(_esc(pc.message))
+        blocks.append(md.prose(pc.message))
     if pc.diff.strip():
         diff = limits.truncate(pc.diff.rstrip("\n"), limits.COMMENT_DIFF_CHARS, what="characters of the diff")
         lines = pc.diff.count("\n") + 1
         blocks.append(
-            _details(f"The fixes pre-commit made ({_n(lines, 'line')} of diff)", _fence(diff, "diff"))
+            _details(f"The fixes pre-commit made ({_n(lines, 'line')} of diff)", md.fence(diff, "diff"))
         )
     return _details(summary, "\n\n".join(blocks))
 
 
-def _hook_label(hook: HookResult) -> str:
+def _hook_label(hook: HookResult, *, in_table: bool = False) -> str:
     """The hook's name, and its id (what ``SKIP=`` and the config use) when that differs."""
-    label = f"**{_esc(hook.name)}**"
-    return label if hook.name == hook.id else f"{label} {_code(hook.id)}"
+    label = f"**{md.text(hook.name)}**"
+    return label if hook.name == hook.id else f"{label} {md.code(hook.id, in_table=in_table)}"
 
 
 def _indent(text: str, prefix: str) -> str:
@@ -768,8 +749,8 @@ def _flaky_part(flaky: list[TestCaseResult], where: str) -> _Part:
         items = []
         for r in shown:
             first = error_headline(r.message)
-            item = f"- {_code(r.nodeid)} passed on attempt {r.attempts}"
-            items.append(item + (f": {_code(_one_line(first, 200))}" if first else ""))
+            item = f"- {md.code(r.nodeid)} passed on attempt {r.attempts}"
+            items.append(item + (f": {md.code(_one_line(first, 200))}" if first else ""))
         if len(flaky) > len(shown):
             items.append(f"- …and {_n(len(flaky) - len(shown), 'more')}: see {where}.")
         summary = f"⚠️ <b>{_n(len(flaky), 'flaky test')}</b>: failed, then passed on a rerun"
@@ -785,17 +766,17 @@ def _findings_part(d: DocstringResult, where: str) -> _Part:
     def render(k: int | None) -> str:
         if d.status == CheckStatus.ERROR:
             return _details(
-                "❗ <b>The docstring check could not run</b>", _esc(d.message or "no reason given")
+                "❗ <b>The docstring check could not run</b>", md.prose(d.message or "no reason given")
             )
         shown = findings[: cap if k is None else min(k, cap)]
         items = [_finding_line(f) for f in shown]
         if len(findings) > len(shown):
             items.append(f"- …and {_n(len(findings) - len(shown), 'more')}: see {where}.")
         if not items:
-            items.append(_esc(d.message or "The docstring check failed without findings."))
+            items.append(md.prose(d.message or "The docstring check failed without findings."))
         icon = "❌" if any(f.level == Level.FAILURE for f in findings) else "⚠️"
         checked = f" in {_n(d.checked, 'changed public object')}" if d.checked else ""
-        style = f" ({_esc(d.style)} style)" if d.style else ""
+        style = f" ({md.html_text(d.style)} style)" if d.style else ""
         summary = f"{icon} <b>{_n(len(findings), 'docstring finding')}</b>{checked}{style}"
         return _details(summary, "\n".join(items))
 
@@ -807,8 +788,8 @@ def _sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def _finding_line(f: Finding) -> str:
-    title = f"**{_esc(f.title)}**: " if f.title else ""
-    return f"- {_code(f'{f.path}:{f.line}')} — {title}{_esc(_one_line(f.message, 300))}"
+    title = f"**{md.text(f.title)}**: " if f.title else ""
+    return f"- {md.code(f'{f.path}:{f.line}')} — {title}{md.prose(_one_line(f.message, 300))}"
 
 
 def _parity_differences(parity: ParityReport) -> list[ParityRow]:
@@ -834,7 +815,7 @@ def _parity_compared(parity: ParityReport) -> int:
 def _parity_summary(parity: ParityReport) -> str:
     differs = _parity_differences(parity)
     if differs:
-        fields = ", ".join(html.escape(r.label) for r in differs)
+        fields = ", ".join(md.html_text(r.label) for r in differs)
         return f"⚠️ <b>Environment parity: {_n(len(differs), 'difference')}</b> ({fields})"
     compared = _parity_compared(parity)
     if not compared:
@@ -846,7 +827,7 @@ def _parity_table(parity: ParityReport) -> str:
     rows = ["| Field | CI reference | this run | yours | |", "|---|---|---|---|:-:|"]
     for r in parity.rows:
         rows.append(
-            f"| {_cell(r.label)} | {_cell(r.reference)} | {_cell(r.this_run)} | {_cell(r.contributor)} "
+            f"| {md.cell(r.label)} | {md.cell(r.reference)} | {md.cell(r.this_run)} | {md.cell(r.contributor)} "
             f"| {_parity_icon(r)} |"
         )
     return "\n".join(rows)
@@ -857,7 +838,7 @@ def _parity_section(parity: ParityReport) -> str:
     # The paragraph below says how to paste, with more context than the advice line.
     advice = [a for a in parity.advice if a != PASTE_ADVICE]
     if advice:
-        blocks.append("\n".join(f"- {_esc(a)}" for a in advice))
+        blocks.append("\n".join(f"- {md.prose(a)}" for a in advice))
     if not parity.contributor_pasted:
         blocks.append(
             "The **yours** column is empty because the PR description has no environment in it. To "
@@ -877,16 +858,16 @@ def _rfc_section(rfc: RfcReport) -> str:
     blocks = []
     if rfc.reasons:
         blocks.append(
-            "This change needs design review because:\n" + "\n".join(f"- {_esc(r)}" for r in rfc.reasons)
+            "This change needs design review because:\n" + "\n".join(f"- {md.prose(r)}" for r in rfc.reasons)
         )
-    blocks.append("\n".join(f"- {'☑' if i.done else '☐'} {_esc(i.text)}" for i in rfc.items))
+    blocks.append("\n".join(f"- {'☑' if i.done else '☐'} {md.text(i.text)}" for i in rfc.items))
     if rfc.rfc_link:
-        blocks.append(f"RFC: {rfc.rfc_link}")
+        blocks.append(f"RFC: {md.url(rfc.rfc_link)}")
     if not rfc.complete:
         todo = "\n".join(f"- [{'x' if i.done else ' '}] {i.text}" for i in rfc.items)
         blocks.append(
             "Items tick themselves off from the PR description. Copy this in, then tick each one as "
-            "you address it:\n" + _fence(todo, "markdown")
+            "you address it:\n" + md.fence(todo, "markdown")
         )
     return _details(summary, "\n\n".join(blocks))
 
@@ -899,13 +880,13 @@ def _selection_part(selection: Selection, where: str) -> _Part:
         shown = groups[: cap if k is None else min(k, cap)]
         blocks = []
         if selection.whole_suite:
-            why = "; ".join(_esc(r) for r in selection.whole_suite_reasons) or "requested"
+            why = "; ".join(md.prose(r) for r in selection.whole_suite_reasons) or "requested"
             blocks.append(f"The whole suite ran: {why}.")
         for reason, nodeids in shown:
             listed = nodeids[: limits.COMMENT_SELECTED_PER_REASON]
             more = len(nodeids) - len(listed)
-            lines = [f"**{_esc(reason)}** ({len(nodeids):,})"]
-            lines += [f"- {_code(n)}" for n in listed]
+            lines = [f"**{md.prose(reason)}** ({len(nodeids):,})"]
+            lines += [f"- {md.code(n)}" for n in listed]
             if more:
                 lines.append(f"- …and {more:,} more")
             blocks.append("\n".join(lines))
@@ -913,7 +894,7 @@ def _selection_part(selection: Selection, where: str) -> _Part:
             blocks.append(f"…and {_n(len(groups) - len(shown), 'more reason')}: see {where}.")
         if selection.budget_dropped:
             dropped = sorted(selection.budget_dropped)
-            names = ", ".join(_code(n) for n in dropped[:10]) + (" …" if len(dropped) > 10 else "")
+            names = ", ".join(md.code(n) for n in dropped[:10]) + (" …" if len(dropped) > 10 else "")
             blocks.append(
                 f"{_n(len(dropped), 'selected test')} did not run because of the `tests.max_tests` "
                 f"budget: {names}"
@@ -1010,8 +991,8 @@ def render_queued_output(
     kinds: Sequence[CheckKind] = CHECK_KINDS,
 ) -> list[CheckRunOutput]:
     """The check runs created when a run is queued, one per check, status ``queued``."""
-    place = f"#{queue_position:,} in the GPU queue" if queue_position else "Waiting for a GPU runner"
-    summary = f"Queued in environment {_code(environment)}. This check updates when the run starts."
+    place = f"#{md.ZWSP}{queue_position:,} in the GPU queue" if queue_position else "Waiting for a GPU runner"
+    summary = f"Queued in environment {md.code(environment)}. This check updates when the run starts."
     return [
         CheckRunOutput(
             kind=k, name=check_run_name(k, environment), status="queued", title=place, summary=summary
@@ -1027,7 +1008,7 @@ def render_in_progress_output(
     kinds: Sequence[CheckKind] = CHECK_KINDS,
 ) -> list[CheckRunOutput]:
     """The check runs once the run has started, before any check has a result."""
-    summary = f"Running in environment {_code(environment)}."
+    summary = f"Running in environment {md.code(environment)}."
     return [
         CheckRunOutput(
             kind=k,
@@ -1056,9 +1037,9 @@ def render_config_error_output(
     kinds: Sequence[CheckKind] = CHECK_KINDS,
 ) -> list[CheckRunOutput]:
     """``failure`` on every check: a broken config runs nothing, and must not look like a pass."""
-    listed = "\n".join(f"- {p}" for p in problems) or "- the file could not be read"
+    listed = "\n".join(f"- {md.prose(p)}" for p in problems) or "- the file could not be read"
     summary = limits.truncate(
-        f"paritybot could not read {_code(path)}, so nothing ran:\n\n{listed}",
+        f"paritybot could not read {md.code(path)}, so nothing ran:\n\n{listed}",
         limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN,
     )
     return _completed_before_running(environment, kinds, "failure", f"Invalid {path}", summary)
@@ -1155,7 +1136,7 @@ def _check_output(
         name=check_run_name(kind, report.environment),
         status=outcome.status,
         conclusion=outcome.conclusion,
-        title=_capitalised(_one_line(outcome.title, limits.CHECK_TITLE_MAX)),
+        title=_capitalised(_one_line(md.plain(outcome.title), limits.CHECK_TITLE_MAX)),
         summary=limits.truncate(summary, _CHECK_LIMIT),
         text=limits.truncate(text, _CHECK_LIMIT),
         annotations=annotations or [],
@@ -1170,12 +1151,12 @@ def _run_header(report: RunReport) -> str:
 def _plain_output(report: RunReport, kind: CheckKind, outcome: _Outcome, result: Any) -> CheckRunOutput:
     summary = _run_header(report)
     if report.error and result is None:
-        summary += "\n\n" + _fence(limits.truncate(report.error, limits.COMMENT_RUN_ERROR_CHARS), "text")
+        summary += "\n\n" + md.fence(limits.truncate(report.error, limits.COMMENT_RUN_ERROR_CHARS), "text")
     message = getattr(result, "message", "")
     if message:
-        summary += "\n\n" + _esc(message)
+        summary += "\n\n" + md.prose(message)
     output = getattr(result, "output", "")
-    text = _fence(limits.truncate(output, limits.CHECK_HOOK_OUTPUT_CHARS), "text") if output else ""
+    text = md.fence(limits.truncate(output, limits.CHECK_HOOK_OUTPUT_CHARS), "text") if output else ""
     return _check_output(report, kind, outcome, summary, text)
 
 
@@ -1203,18 +1184,18 @@ def _precommit_run(report: RunReport) -> CheckRunOutput:
     icons = {HookStatus.PASSED: "✅ passed", HookStatus.FAILED: "❌ failed", HookStatus.SKIPPED: "➖ skipped"}
     for h in pc.hooks:
         changed = " (changed files)" if h.files_modified else ""
-        label = _hook_label(h).replace("|", "\\|")
+        label = _hook_label(h, in_table=True)
         rows.append(f"| {label} | {icons[h.status]}{changed} |")
-    summary = [_run_header(report), "\n".join(rows) if pc.hooks else _esc(pc.message)]
+    summary = [_run_header(report), "\n".join(rows) if pc.hooks else md.prose(pc.message)]
     if pc.fix_command and failed:
-        summary.append("Fix it locally, then commit and push:\n" + _fence(pc.fix_command, "sh"))
+        summary.append("Fix it locally, then commit and push:\n" + md.fence(pc.fix_command, "sh"))
     text = []
     for h in failed:
         if h.output.strip():
             out = limits.truncate(h.output.strip(), limits.CHECK_HOOK_OUTPUT_CHARS)
-            text.append(f"### {_hook_label(h)}\n\n" + _fence(out, "text"))
+            text.append(f"### {_hook_label(h)}\n\n" + md.fence(out, "text"))
     if pc.diff.strip():
-        text.append("### The fixes pre-commit made\n\n" + _fence(pc.diff.rstrip("\n"), "diff"))
+        text.append("### The fixes pre-commit made\n\n" + md.fence(pc.diff.rstrip("\n"), "diff"))
     annotations = [a for h in failed for a in _output_annotations(h.output, h.id)]
     return _check_output(
         report,
@@ -1248,10 +1229,12 @@ def _annotation(path: str, start: int, end: int, level: str, message: str, title
         "start_line": start,
         "end_line": max(start, end),
         "annotation_level": level,
-        "message": limits.truncate(message.strip("\n").rstrip() or title, limits.ANNOTATION_MESSAGE_SOFT_MAX),
+        "message": limits.truncate(
+            md.plain(message.strip("\n").rstrip() or title), limits.ANNOTATION_MESSAGE_SOFT_MAX
+        ),
     }
     if title:
-        ann["title"] = _one_line(title, limits.ANNOTATION_TITLE_MAX)
+        ann["title"] = _one_line(md.plain(title), limits.ANNOTATION_TITLE_MAX)
     return ann
 
 
@@ -1297,7 +1280,7 @@ def _docstrings_run(report: RunReport) -> CheckRunOutput:
         outcome = _Outcome("completed", "success", f"{checked} checked, all documented")
     header = _run_header(report)
     if d.style:
-        header += f"\n\nDocstring style: {_esc(d.style)}."
+        header += f"\n\nDocstring style: {md.text(d.style)}."
     lines = [_finding_line(f) for f in findings]
     summary = (
         _fit_blocks([header + "\n", *lines], "findings", "the annotations", sep="\n") if findings else header
@@ -1309,7 +1292,7 @@ def _docstrings_run(report: RunReport) -> CheckRunOutput:
     if len(annotations) > limits.ANNOTATIONS_PER_RUN_MAX:
         text = f"Only the first {limits.ANNOTATIONS_PER_RUN_MAX:,} findings are annotated on the files."
     if d.message and findings:
-        summary += "\n\n" + _esc(d.message)
+        summary += "\n\n" + md.prose(d.message)
     return _check_output(report, CheckKind.DOCSTRINGS, outcome, summary, text, _cap_annotations(annotations))
 
 
@@ -1337,7 +1320,7 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
         outcome = _Outcome(outcome.status, outcome.conclusion, f"{outcome.title} ({counts})")
     summary = [_run_header(report), "**" + _selection_summary(tests.selection).removeprefix("🎯 ") + "**"]
     if tests.message:
-        summary.append(_esc(tests.message))
+        summary.append(md.prose(tests.message))
     if failing:
         summary.append("Failing:\n" + _name_list(failing, headlines=True))
     if flaky:
@@ -1348,7 +1331,7 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
     if tests.status == CheckStatus.ERROR and tests.output.strip():
         tail = "\n".join(tests.output.strip().splitlines()[-60:])
         blocks.insert(
-            0, "### Last lines of the output\n\n" + _fence(limits.truncate(tail, limits.CHECK_ERROR_CHARS))
+            0, "### Last lines of the output\n\n" + md.fence(limits.truncate(tail, limits.CHECK_ERROR_CHARS))
         )
     annotations = [a for r in [*failing, *flaky] if (a := _test_annotation(r)) is not None]
     return _check_output(
@@ -1363,7 +1346,7 @@ def _tests_run(report: RunReport) -> CheckRunOutput:
 
 def _name_list(results: list[TestCaseResult], *, headlines: bool = False) -> str:
     shown = results[: limits.CHECK_LISTED_TESTS]
-    lines = [_failure_name_line(r) if headlines else f"- {_code(r.nodeid)}" for r in shown]
+    lines = [_failure_name_line(r) if headlines else f"- {md.code(r.nodeid)}" for r in shown]
     if len(results) > len(shown):
         lines.append(f"- …and {len(results) - len(shown):,} more, annotated on their files")
     return "\n".join(lines)
@@ -1382,12 +1365,12 @@ def _test_counts(tests: TestsResult) -> str:
 
 def _failure_detail(r: TestCaseResult) -> str:
     word = {TestOutcome.FAILED: "failed", TestOutcome.ERROR: "error", TestOutcome.FLAKY: "flaky"}[r.outcome]
-    lines = [f"### {_code(r.nodeid)}", f"{word} · {_n(r.attempts, 'attempt')} · {r.duration_s:.1f} s"]
+    lines = [f"### {md.code(r.nodeid)}", f"{word} · {_n(r.attempts, 'attempt')} · {r.duration_s:.1f} s"]
     if r.message.strip():
-        lines.append(_fence(limits.truncate(r.message.strip("\n"), limits.CHECK_ERROR_CHARS), "text"))
+        lines.append(md.fence(limits.truncate(r.message.strip("\n"), limits.CHECK_ERROR_CHARS), "text"))
     if r.repro:
         lines.append(
-            "Reproduce:\n" + _fence(limits.truncate("\n".join(r.repro), limits.COMMENT_REPRO_CHARS), "sh")
+            "Reproduce:\n" + md.fence(limits.truncate("\n".join(r.repro), limits.COMMENT_REPRO_CHARS), "sh")
         )
     return "\n\n".join(lines)
 
@@ -1472,7 +1455,7 @@ def _parity_run(report: RunReport) -> CheckRunOutput:
         outcome = _Outcome("completed", "neutral", "Nothing to compare with: no CI reference")
     summary = [_run_header(report), _parity_table(parity)]
     if parity.advice:
-        summary.append("\n".join(f"- {_esc(a)}" for a in parity.advice))
+        summary.append("\n".join(f"- {md.prose(a)}" for a in parity.advice))
     if not parity.contributor_pasted:
         summary.append(
             "No environment in the PR description: paste the output of `python -m torch.utils.collect_env` "
@@ -1487,5 +1470,5 @@ def _probe_packages(report: RunReport) -> str:
     if report.probe is None or not report.probe.packages:
         return ""
     rows = ["### Packages in this run\n\n| Package | Version in this run |\n|---|---|"]
-    rows += [f"| {_cell(name)} | {_cell(v)} |" for name, v in sorted(report.probe.packages.items())]
+    rows += [f"| {md.cell(name)} | {md.cell(v)} |" for name, v in sorted(report.probe.packages.items())]
     return _fit_blocks(rows, "packages", "the probe's output", sep="\n")

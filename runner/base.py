@@ -31,6 +31,12 @@ class Step(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(1800, gt=0)
     network: bool = Field(False, description="whether the step may reach the network")
+    scratch: bool = Field(
+        False,
+        description="run in a new empty directory outside the workspace instead of the workspace: "
+        "for steps that must not see the pull request's files (the probe); workdir, inject and "
+        "collect are then relative to that directory",
+    )
     workdir: str = Field(".", description="relative to the workspace root")
     inject: dict[str, str] = Field(
         default_factory=dict,

@@ -62,6 +62,7 @@ LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or cache (kept
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
+SCRATCH_ROOT = "scratch"  # in the run volume: one new directory per scratch step
 HOME_DIR = f"{RUN_MOUNT}/home"
 PRECOMMIT_MOUNT = "/paritybot-cache/pre-commit"
 PIP_MOUNT = "/paritybot-cache/pip"
@@ -567,11 +568,8 @@ class DockerRunner:
             **self._info.env,
             **step.env,
         }
-        workdir = (
-            f"{WORKSPACE_DIR}/{_safe_relative(step.workdir)}"
-            if step.workdir not in (".", "")
-            else WORKSPACE_DIR
-        )
+        root = WORKSPACE_DIR if not step.scratch else f"{RUN_MOUNT}/{SCRATCH_ROOT}/{os.urandom(6).hex()}"
+        workdir = f"{root}/{_safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
         try:
             container = self.client.containers.create(
                 self._image_id,
@@ -592,7 +590,10 @@ class DockerRunner:
                 f"{step.name}: could not create the container: {_api_error_text(exc)}"
             ) from None
         try:
-            self._fill(container, step, workspace)
+            if step.scratch:
+                self._fill_scratch(container, step, root)
+            else:
+                self._fill(container, step, workspace)
         except BaseException:
             _remove_container(container)
             raise
@@ -618,6 +619,14 @@ class DockerRunner:
             )
         files = {f"workspace/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
+
+    def _fill_scratch(self, container: Container, step: Step, root: str) -> None:
+        """A scratch step gets a new directory with its injected files, and no copy of the workspace:
+        it may run before the pull request's files are in the volume at all."""
+        uid, gid = self._uid_gid or (0, 0)
+        top = root.removeprefix(f"{RUN_MOUNT}/")
+        files = {f"{top}/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
+        container.put_archive(RUN_MOUNT, files_archive(["home", top], files, uid, gid))
 
     def _ensure_volumes(self) -> None:
         if self._volumes_ready:

@@ -360,9 +360,11 @@ def check_docstrings(repo: Path, base: str, head: str, settings: DocstringSettin
         return DocstringResult(status=CheckStatus.ERROR, message=str(exc))
     findings: list[Finding] = []
     checked = 0
+    unread: list[str] = []
     for f in files:
         new = new_texts[f.path]
-        if new is None:  # a submodule or a symlink to nowhere: no Python to read
+        if new is None:  # a symbolic link, a submodule or a huge file: refused, never followed
+            unread.append(f.path)
             continue
         old = old_texts[f.old_path or f.path]
         found, count = _check_module(
@@ -378,6 +380,8 @@ def check_docstrings(repo: Path, base: str, head: str, settings: DocstringSettin
         checked += count
     status = CheckStatus.FAILED if findings else CheckStatus.PASSED
     message = _summary(checked, len(findings), style)
+    if unread:
+        message += f"; not read (not a regular file, or too large): {', '.join(f'`{p}`' for p in unread)}"
     log.info("docstrings.checked", files=len(files), checked=checked, findings=len(findings), style=style)
     return DocstringResult(status=status, style=style, findings=findings, checked=checked, message=message)
 

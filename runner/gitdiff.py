@@ -1,11 +1,12 @@
 """Small, exact questions to git about a pull request's change: real ``git`` subprocesses.
 
-The API is six functions and one model; the checks and the test selection build on them:
+The API is a few functions and two models; the checks and the test selection build on them:
 
 * :func:`merge_base` — where the PR branched off (diff against this for PR semantics);
 * :func:`changed_files` — what the change touches, with line counts, renames followed;
 * :func:`changed_lines` — head-side line numbers the change adds or modifies;
-* :func:`show` / :func:`read_files` — a file's text at a revision (one, or many in one process);
+* :func:`read_file` / :func:`read_files` — a file's text at a revision, from git's objects only
+  (symbolic links, submodules and oversized files refused: a PR controls its tree);
 * :func:`list_files` — every file tracked at a revision.
 
 Every failure of git (a bad revision, not a repository) raises :class:`GitDiffError` carrying
@@ -252,52 +253,130 @@ def _unquote_c(quoted: str) -> str:
 _C_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r"}
 
 
-def show(repo: Path, rev: str, path: str) -> str | None:
-    """The text of ``path`` at ``rev``; ``None`` when the file does not exist there.
+class UnsafeFileError(Exception):
+    """A file the bot was asked to read is not a regular file in the commit (a symbolic link, a
+    submodule, a directory) or is larger than the bot reads. A pull request controls its tree, so
+    such a file is refused rather than followed: a link could point at a file of the bot's host."""
 
-    Raises:
-        GitDiffError: ``rev`` is not a valid revision.
-    """
-    return read_files(repo, rev, [path])[path]
+    def __init__(self, path: str, rev: str, reason: str):
+        self.path, self.rev, self.reason = path, rev, reason
+        super().__init__(f"{path} at {rev[:12]}: {reason}; only regular files are read from a commit")
 
 
-def read_files(repo: Path, rev: str, paths: list[str]) -> dict[str, str | None]:
-    """Many files at one revision through a single ``git cat-file --batch`` process.
+class TreeEntry(BaseModel):
+    """One path of a commit's tree, as ``git ls-tree --long`` lists it."""
 
-    Returns path → text, ``None`` for a path that is missing (or not a regular file) at ``rev``.
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    mode: str
+    type: str = Field(description="blob, tree or commit (a submodule)")
+    oid: str
+    size: int | None = Field(None, description="bytes; None for trees and submodules")
+
+    def refusal(self, max_bytes: int | None) -> str | None:
+        """Why this entry is not read as a file; None when it is a regular file within the cap."""
+        if self.mode == SYMLINK_MODE:
+            return "is a symbolic link"
+        if self.type == "commit":
+            return "is a submodule"
+        if self.type != "blob" or self.mode not in REGULAR_MODES:
+            return "is a directory" if self.type == "tree" else f"is not a regular file (mode {self.mode})"
+        if max_bytes is not None and self.size is not None and self.size > max_bytes:
+            return f"is {self.size:,} bytes, more than the {max_bytes:,} read"
+        return None
+
+
+REGULAR_MODES = frozenset({"100644", "100755"})
+SYMLINK_MODE = "120000"
+# Source files larger than this are generated tables, not code anyone reviews; reading them whole
+# would let one file of a pull request take the bot's memory.
+MAX_SOURCE_BYTES = 5_000_000
+_LS_TREE_CHUNK = 500  # paths per ls-tree call, far below any argv limit
+
+
+def tree_entries(repo: Path, rev: str, paths: list[str]) -> dict[str, TreeEntry]:
+    """The tree entries of ``paths`` at ``rev``; a path absent from the commit is absent here.
+
+    A path below a directory that is a symbolic link in the commit is absent too: git's tree has
+    no such path, and nothing here looks at the file system.
 
     Raises:
         GitDiffError: ``rev`` is not a valid revision.
     """
     commit = _resolve_commit(repo, rev)
+    wanted = set(paths)
+    entries: dict[str, TreeEntry] = {}
+    for i in range(0, len(paths), _LS_TREE_CHUNK):
+        chunk = paths[i : i + _LS_TREE_CHUNK]
+        out = _run_git(
+            repo, ["--literal-pathspecs", "ls-tree", "-z", "--long", "--full-tree", commit, "--", *chunk]
+        )
+        for record in _decode(out).split("\0"):
+            if not record:
+                continue
+            meta, _, path = record.partition("\t")
+            mode, kind, oid, size = meta.split()
+            if path in wanted:
+                entries[path] = TreeEntry(
+                    path=path, mode=mode, type=kind, oid=oid, size=int(size) if size.isdigit() else None
+                )
+    return entries
+
+
+def read_file(repo: Path, rev: str, path: str, *, max_bytes: int | None = MAX_SOURCE_BYTES) -> str | None:
+    """The text of ``path`` at ``rev`` from git's objects; ``None`` when the commit has no such path.
+
+    Raises:
+        UnsafeFileError: the path is a symbolic link, a submodule, a directory or too large.
+        GitDiffError: ``rev`` is not a valid revision.
+    """
+    entry = tree_entries(repo, rev, [path]).get(path)
+    if entry is None:
+        return None
+    reason = entry.refusal(max_bytes)
+    if reason is not None:
+        raise UnsafeFileError(path, rev, reason)
+    return _read_blobs(repo, [entry.oid])[0]
+
+
+def read_files(
+    repo: Path, rev: str, paths: list[str], *, max_bytes: int | None = MAX_SOURCE_BYTES
+) -> dict[str, str | None]:
+    """Many files at one revision from git's objects, in two git processes whatever their number.
+
+    Returns path → text; ``None`` for a path that is missing at ``rev`` or that :func:`read_file`
+    would refuse (a symbolic link, a submodule, a directory, a file over ``max_bytes``).
+
+    Raises:
+        GitDiffError: ``rev`` is not a valid revision.
+    """
     if not paths:
+        _resolve_commit(repo, rev)
         return {}
-    if any("\n" in p for p in paths):
-        raise ValueError("paths with newlines cannot be read in batch")
-    request = "".join(f"{commit}:{p}\n" for p in paths).encode()
-    out = _run_git(repo, ["cat-file", "--batch"], stdin=request)
-    return dict(zip(paths, _parse_batch(out, len(paths)), strict=True))
+    entries = tree_entries(repo, rev, paths)
+    readable = [p for p in dict.fromkeys(paths) if p in entries and entries[p].refusal(max_bytes) is None]
+    texts = dict(zip(readable, _read_blobs(repo, [entries[p].oid for p in readable]), strict=True))
+    return {p: texts.get(p) for p in paths}
+
+
+def _read_blobs(repo: Path, oids: list[str]) -> list[str]:
+    if not oids:
+        return []
+    out = _run_git(repo, ["cat-file", "--batch"], stdin="".join(f"{oid}\n" for oid in oids).encode())
+    texts: list[str] = []
+    pos = 0
+    for _ in oids:
+        end = out.index(b"\n", pos)
+        size = int(out[pos:end].split(b" ")[2])
+        pos = end + 1
+        texts.append(_decode(out[pos : pos + size]))
+        pos += size + 1  # the object is followed by a newline
+    return texts
 
 
 def _resolve_commit(repo: Path, rev: str) -> str:
     return _decode(_run_git(repo, ["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"])).strip()
-
-
-def _parse_batch(out: bytes, count: int) -> list[str | None]:
-    texts: list[str | None] = []
-    pos = 0
-    for _ in range(count):
-        end = out.index(b"\n", pos)
-        header = out[pos:end].decode("utf-8", "replace").split(" ")
-        pos = end + 1
-        if len(header) != 3:  # "<object> missing" or "ambiguous"
-            texts.append(None)
-            continue
-        size = int(header[2])
-        body = out[pos : pos + size]
-        pos += size + 1  # the object is followed by a newline
-        texts.append(_decode(body) if header[1] == "blob" else None)
-    return texts
 
 
 def list_files(repo: Path, rev: str) -> list[str]:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +75,13 @@ class HostRunner:
     async def run(self, step: Step, workspace: Path) -> StepResult:
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
+        if step.scratch:
+            # A fresh directory elsewhere: the step never has the pull request's files beside it.
+            with tempfile.TemporaryDirectory(prefix="paritybot-step-") as scratch:
+                return await self._run_in(step, Path(scratch))
+        return await self._run_in(step, workspace)
+
+    async def _run_in(self, step: Step, workspace: Path) -> StepResult:
         for rel, text in step.inject.items():
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,9 @@ package P" says nothing. What helps is the *names* a test uses: ``from pkg impor
 body calls ``pkg.util.helper``. This module turns sources into that graph of top-level symbols and
 answers "which tests reach this changed symbol, and through what".
 
-Everything here is a pure function on source text except :func:`load_sources`, the thin loader.
+Everything here is a pure function on source text except :func:`load_sources`, the thin loader,
+which reads a commit's files from git's objects (never the checkout: a PR's symbolic link there
+could point at any file of the bot's host).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import ConfigDict, Field
 
 from bot.models import Model
+from runner import gitdiff
 
 # Pseudo-symbols: the module's own top-level code, and "the module as a whole" (``import pkg.ops as m``
 # followed by ``m`` passed around, or a name the module does not define statically).
@@ -778,14 +781,11 @@ def python_files(paths: Iterable[str]) -> list[str]:
     return sorted(out)
 
 
-def load_sources(root: Path, max_bytes: int = 2_000_000) -> dict[str, str]:
-    """Read every Python file of a checkout (repository-relative posix path → text)."""
-    sources: dict[str, str] = {}
-    for file in sorted(root.rglob("*.py")):
-        rel = file.relative_to(root).as_posix()
-        if not python_files([rel]) or not file.is_file():
-            continue
-        if file.stat().st_size > max_bytes:  # generated tables; not worth parsing
-            continue
-        sources[rel] = file.read_text(encoding="utf-8", errors="replace")
-    return sources
+def load_sources(repo: Path, rev: str, max_bytes: int = 2_000_000) -> dict[str, str]:
+    """Every Python file of commit ``rev`` (repository-relative posix path → text).
+
+    Symbolic links, submodules and files over ``max_bytes`` (generated tables, not worth
+    parsing) are left out.
+    """
+    texts = gitdiff.read_files(repo, rev, python_files(gitdiff.list_files(repo, rev)), max_bytes=max_bytes)
+    return {path: text for path, text in texts.items() if text is not None}

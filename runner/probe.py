@@ -1,9 +1,14 @@
 """The environment probe as a step, and its JSON output as :class:`EnvFacts`.
 
-The probe script (``runner/probe_script.py``, standard library only) is injected into the
-workspace and run first in every run, by whichever runner serves the run, so the facts describe
-the interpreter the tests will use. Parsing is pure: a step that failed or printed something
-that is not the probe's JSON still becomes EnvFacts, with notes that say what went wrong.
+The probe script (``runner/probe_script.py``, standard library only) is run first in every run,
+by whichever runner serves the run, so the facts describe the interpreter the tests will use.
+It runs isolated, so that a pull request cannot lie to it: in an empty directory outside the
+workspace (a scratch step), before the workspace is even copied into a container, with
+``python3 -I`` (no script directory, current directory, ``PYTHON*`` variables or user
+site-packages on its path). A ``torch/`` package or ``torch-9.9.dist-info`` committed to the PR,
+a ``json.py`` beside the script, or a ``gcc`` found through a relative ``PATH`` entry is never
+imported, read or run. Parsing is pure: a step that failed or printed something that is not the
+probe's JSON still becomes EnvFacts, with notes that say what went wrong.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from bot.models import EnvFacts
-from runner.base import SCRATCH_DIR, Step, StepResult
+from runner.base import Step, StepResult
 
-PROBE_PATH = f"{SCRATCH_DIR}/probe.py"
+PROBE_PATH = "probe.py"  # in the step's own scratch directory
 # The probe imports torch in a child process with its own deadline (120 s); the step's deadline
 # covers that plus nvidia-smi, nvcc and the compilers at 30 s each in the worst case.
 PROBE_TIMEOUT_S = 300.0
@@ -37,8 +42,9 @@ def probe_step(packages: list[str], *, network: bool = False, timeout_s: float =
     names = [p for p in dict.fromkeys(packages) if p and not p.startswith("-")]
     return Step(
         name="probe",
-        argv=["python3", PROBE_PATH, *names],
+        argv=["python3", "-I", PROBE_PATH, *names],
         inject={PROBE_PATH: probe_source()},
+        scratch=True,
         network=network,
         timeout_s=timeout_s,
     )

@@ -1,7 +1,9 @@
 """Environment probe: prints ONE JSON object describing the interpreter, OS, GPU stack and tools.
 
-This file is copied into the workspace and run with whatever ``python3`` the image (or the host)
-has, before anything else, so it uses the standard library only and stays valid on Python 3.8.
+This file is copied into an empty directory outside the workspace and run with ``python3 -I``
+(whatever ``python3`` the image, or the host, has), before anything else, so it uses the standard
+library only and stays valid on Python 3.8. Its child interpreter runs isolated too: nothing of
+the pull request is on either's import path.
 Every fact is measured; a tool or package that is absent is named in ``missing`` with a note that
 says why, never guessed. The keys match :class:`bot.models.EnvFacts`.
 
@@ -187,7 +189,7 @@ def torch_facts(facts: dict[str, object], notes: list[str]) -> str | None:
     """Fill torch's fields from a child interpreter; return the loaded libcudart's version."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", TORCH_CODE],
+            [sys.executable, "-I", "-c", TORCH_CODE],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=TORCH_TIMEOUT_S,

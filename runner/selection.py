@@ -38,7 +38,7 @@ from bot.config import CONFIG_PATH, ConfigError, TestSettings, parse_repo_config
 from bot.models import SelectedTest, Selection
 from runner import gitdiff
 from runner.coverage_map import CoverageMap, CoverageMapStore
-from runner.gitdiff import FileStatus, GitDiffError
+from runner.gitdiff import FileStatus, GitDiffError, UnsafeFileError
 from runner.import_graph import (
     MODULE_BODY,
     WHOLE_MODULE,
@@ -880,12 +880,13 @@ def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> 
     head = head or "HEAD"
     try:
         base_sha = gitdiff.merge_base(root, base, head)
-        config_text = gitdiff.show(root, head, CONFIG_PATH)
+        # The base's config, as the App reads it: a change must not choose its own selection rules.
+        config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
         settings = parse_repo_config(config_text).tests
         store = CoverageMapStore(default_coverage_dir(root))
         cmap = store.load(base_sha) if settings.use_coverage_map else None
         selection = select_tests(root, base_sha, head, settings, cmap)
-    except (GitDiffError, ConfigError) as exc:
+    except (GitDiffError, UnsafeFileError, ConfigError) as exc:
         print(f"paritybot select-tests: {exc}", file=sys.stderr)
         return 2
     if as_json:

@@ -21,6 +21,7 @@ import structlog
 
 from bot.config import TestSettings
 from bot.models import TestCaseResult, TestOutcome
+from runner import gitdiff
 from runner.base import SCRATCH_DIR, Runner, RunnerError, Step
 from runner.junit import NODEID_PLUGIN, NODEID_PLUGIN_MODULE, JUnitCase, JUnitError, parse_junit
 from runner.repro import ReproContext, repro_commands
@@ -125,10 +126,15 @@ async def run_tests(
     """
     if nodeids is not None and not nodeids:
         return []
-    ids = _whole_suite_paths(workspace, settings) if nodeids is None else _existing(workspace, nodeids)
-    missing = [] if nodeids is None else [n for n in nodeids if n not in ids]
+    refused: list[TestCaseResult] = []
+    if nodeids is None:
+        ids = _whole_suite_paths(workspace, repro.head_sha, settings)
+    else:
+        ids, refused = _existing(workspace, repro.head_sha, nodeids)
+    told = set(ids) | {r.nodeid for r in refused}
+    missing = [] if nodeids is None else [n for n in nodeids if n not in told]
     if nodeids is not None and not ids:
-        return _finish([], missing, repro)
+        return refused + _finish([], missing, repro)
 
     def step_for(ids: list[str] | None, junit: str) -> Step:
         return tests_step(ids, settings, junit, timeout_s, network, env)
@@ -149,7 +155,7 @@ async def run_tests(
         if rerun is None:
             break
         _merge_rerun(results, rerun.cases, set(retry), attempt)
-    return _finish(results, missing, repro)
+    return refused + _finish(results, missing, repro)
 
 
 async def _run_attempt(
@@ -202,14 +208,37 @@ def _unresolved(output: str, ids: list[str]) -> tuple[list[str], list[str]]:
     return match(_NOT_FOUND.findall(output)), match(_NO_COLLECTORS.findall(output))
 
 
-def _whole_suite_paths(workspace: Path, settings: TestSettings) -> list[str]:
-    """The configured test roots that exist; none means the project's own testpaths decide."""
-    return [p for p in settings.paths if (workspace / p).exists()]
+# Whether a path exists is asked of the commit's tree, not of the checkout: a PR's symbolic link
+# there would make the bot stat (and pytest, on the host runner, read) a file of the host.
 
 
-def _existing(workspace: Path, nodeids: list[str]) -> list[str]:
-    """Ids whose file exists: pytest stops at the first missing file without naming the rest."""
-    return [n for n in nodeids if (workspace / n.split("::")[0]).exists()]
+def _whole_suite_paths(workspace: Path, rev: str, settings: TestSettings) -> list[str]:
+    """The configured test roots the commit has, as directories or regular files; none means the
+    project's own testpaths decide."""
+    entries = gitdiff.tree_entries(workspace, rev, [p.rstrip("/") for p in settings.paths])
+    return [
+        p
+        for p in settings.paths
+        if (e := entries.get(p.rstrip("/"))) is not None and (e.type == "tree" or e.refusal(None) is None)
+    ]
+
+
+def _existing(workspace: Path, rev: str, nodeids: list[str]) -> tuple[list[str], list[TestCaseResult]]:
+    """Ids whose file is a regular file of the commit (pytest stops at the first missing file
+    without naming the rest), and an error result for each id whose file is a link or a submodule."""
+    entries = gitdiff.tree_entries(workspace, rev, _dedupe([n.split("::")[0] for n in nodeids]))
+    found, refused = [], []
+    for n in nodeids:
+        entry = entries.get(n.split("::")[0])
+        reason = entry.refusal(None) if entry is not None else None
+        if entry is None:
+            continue  # reported as not found
+        if reason is None:
+            found.append(n)
+        else:
+            message = f"not run: {entry.path} {reason}; only regular files of the commit are run"
+            refused.append(TestCaseResult(nodeid=n, outcome=TestOutcome.ERROR, message=message))
+    return found, refused
 
 
 def _to_result(case: JUnitCase) -> TestCaseResult:

@@ -308,13 +308,13 @@ async def test_queue_positions_in_waiting_summaries_move_up(fake_github: FakeGit
         assert await bot.send("pull_request", bot.pr_event("opened", number=9)) == 202
         await bot.wait_for("PR 9 to be queued", lambda: len(bot.bot_comments(9)) == 1)
         [waiting] = bot.bot_comments(9)
-        assert "#2 in line" in waiting.body
+        assert "#\u200b2 in line" in waiting.body
         gate.open()
         await bot.wait_runs_done(pr_number=9)
         # When PR 8's run started, PR 9 moved up to next in line, and its summary said so. (Its
         # failure later came as a new comment, which notifies; the waiting one was then removed.)
         headings = [body.splitlines()[2] for body in waiting.bodies]
-        assert any("#1 in line (next up)" in h for h in headings), headings
+        assert any("#\u200b1 in line (next up)" in h for h in headings), headings
     finally:
         gate.open()
         await bot.stop()

@@ -10,13 +10,14 @@ from gitrepo import GitRepo
 from runner.gitdiff import (
     FileStatus,
     GitDiffError,
+    UnsafeFileError,
     changed_files,
     changed_lines,
     list_files,
     merge_base,
     parse_unified_diff,
+    read_file,
     read_files,
-    show,
 )
 
 TEN = "".join(f"line {i}\n" for i in range(1, 11))
@@ -89,20 +90,53 @@ def test_parse_unified_diff_unquotes_c_style_paths() -> None:
     assert parse_unified_diff(patch) == {"tab\there ü.py": {1, 2}}
 
 
-def test_show_and_read_files(repo: GitRepo) -> None:
+def test_read_file_and_read_files(repo: GitRepo) -> None:
     first = repo.commit({"a.py": "v1\n", "dir/b.py": "b\n"})
     repo.commit({"a.py": "v2\n"})
 
-    assert show(repo.path, first, "a.py") == "v1\n"
-    assert show(repo.path, "HEAD", "a.py") == "v2\n"
-    assert show(repo.path, "HEAD", "missing.py") is None
-    assert show(repo.path, "HEAD", "dir") is None  # a tree, not a file
+    assert read_file(repo.path, first, "a.py") == "v1\n"
+    assert read_file(repo.path, "HEAD", "a.py") == "v2\n"
+    assert read_file(repo.path, "HEAD", "missing.py") is None
+    with pytest.raises(UnsafeFileError, match="is a directory"):
+        read_file(repo.path, "HEAD", "dir")
     assert read_files(repo.path, first, ["dir/b.py", "nope", "a.py"]) == {
         "dir/b.py": "b\n",
         "nope": None,
         "a.py": "v1\n",
     }
     assert sorted(list_files(repo.path, "HEAD")) == ["a.py", "dir/b.py"]
+
+
+def test_files_are_read_from_git_objects_and_links_are_refused(repo: GitRepo, tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("the host's secret\n")
+    (repo.path / "config.yaml").symlink_to(secret)
+    (repo.path / "linked-dir").symlink_to(tmp_path)
+    repo.git("add", "config.yaml", "linked-dir")
+    head = repo.commit({"a.py": "ok\n"})
+
+    with pytest.raises(UnsafeFileError, match=r"config\.yaml at \w+: is a symbolic link") as info:
+        read_file(repo.path, head, "config.yaml")
+    assert "secret" not in str(info.value)
+    # A path below a linked directory is not in the commit's tree at all.
+    assert read_file(repo.path, head, "linked-dir/host-secret.txt") is None
+    # Many files at once: what would be refused reads as absent, never as the link's target.
+    assert read_files(repo.path, head, ["a.py", "config.yaml", "linked-dir/host-secret.txt"]) == {
+        "a.py": "ok\n",
+        "config.yaml": None,
+        "linked-dir/host-secret.txt": None,
+    }
+
+
+def test_files_over_the_cap_are_refused(repo: GitRepo) -> None:
+    head = repo.commit({"big.py": "x = 1\n" * 1000, "small.py": "y = 2\n"})
+
+    with pytest.raises(UnsafeFileError, match="6,000 bytes, more than the 100 read"):
+        read_file(repo.path, head, "big.py", max_bytes=100)
+    assert read_files(repo.path, head, ["big.py", "small.py"], max_bytes=100) == {
+        "big.py": None,
+        "small.py": "y = 2\n",
+    }
 
 
 def test_merge_base_of_diverged_branches(repo: GitRepo) -> None:
@@ -126,7 +160,7 @@ def test_bad_revisions_raise_with_gits_own_message(repo: GitRepo) -> None:
         changed_files(repo.path, "no-such-rev", "HEAD")
     assert info.value.stderr
     with pytest.raises(GitDiffError):
-        show(repo.path, "no-such-rev", "a.py")
+        read_file(repo.path, "no-such-rev", "a.py")
     with pytest.raises(GitDiffError):
         merge_base(repo.path, "HEAD", "deadbeef" * 5)
 

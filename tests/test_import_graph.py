@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gitrepo import GitRepo
+
 from runner.import_graph import (
     MODULE_BODY,
     SymbolKey,
@@ -153,14 +155,22 @@ def test_line_info_maps_continuation_lines_and_skips_comments_and_docstrings() -
     assert info.functions == [("f", 2, 7)]
 
 
-def test_load_sources_skips_virtualenvs_and_build_output(tmp_path: Path) -> None:
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
-    (tmp_path / ".venv" / "lib").mkdir(parents=True)
-    (tmp_path / ".venv" / "lib" / "b.py").write_text("y = 2\n")
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "c.py").write_text("z = 3\n")
-    assert load_sources(tmp_path) == {"pkg/a.py": "x = 1\n"}
+def test_load_sources_reads_the_commit_not_the_checkout(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret.py").write_text("HOST_SECRET = 1\n")
+    repo = GitRepo(tmp_path / "repo")
+    (repo.path / "pkg").mkdir()
+    (repo.path / "pkg" / "link.py").symlink_to(host / "secret.py")
+    (repo.path / "vendored").symlink_to(host)
+    repo.git("add", "pkg/link.py", "vendored")
+    head = repo.commit(
+        {"pkg/a.py": "x = 1\n", ".venv/lib/b.py": "y = 2\n", "build/c.py": "z = 3\n", "big.py": "#" * 200}
+    )
+    (repo.path / "pkg" / "untracked.py").write_text("w = 4\n")  # in the checkout only
+    # Virtual environments, build output, links (to a file or a directory), files over the cap
+    # and files outside the commit are all left out.
+    assert load_sources(repo.path, head, max_bytes=100) == {"pkg/a.py": "x = 1\n"}
 
 
 def test_unittest_classes_count_as_tests_whatever_their_name() -> None:

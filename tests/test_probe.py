@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -16,7 +17,7 @@ import pytest
 from docker_support import docker_client, test_image
 
 from bot.config import Environment
-from runner.base import SCRATCH_DIR, Step, StepResult
+from runner.base import Step, StepResult
 from runner.docker import DockerRunner
 from runner.host import HostRunner
 from runner.probe import PROBE_PATH, parse_probe, probe_source, probe_step
@@ -29,8 +30,9 @@ PYTHON3 = shutil.which("python3")
 def test_probe_step_injects_the_script_and_passes_package_names():
     step = probe_step(["numpy", "pytest", "numpy", "--evil", ""])
     assert step.name == "probe"
-    assert step.argv == ["python3", f"{SCRATCH_DIR}/probe.py", "numpy", "pytest"]
+    assert step.argv == ["python3", "-I", PROBE_PATH, "numpy", "pytest"]
     assert step.inject == {PROBE_PATH: probe_source()}
+    assert step.scratch  # outside the workspace: see tests/hostile/test_report_and_probe.py
     assert "import json" in probe_source()
     assert step.network is False
 
@@ -134,21 +136,32 @@ async def test_probe_on_the_host_reports_the_host_python(tmp_path):
 
 def _fake_dist(root: Path, name: str, body: str) -> None:
     """A package named ``name`` whose import does ``body``; its metadata says it is installed."""
-    (root / name).mkdir()
+    (root / name).mkdir(parents=True)
     (root / name / "__init__.py").write_text(body)
     dist = root / f"{name}-0.0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.1\n")
 
 
+def python_with_torch(tmp_path: Path, body: str) -> HostRunner:
+    """A host runner whose ``python3`` has a torch installed that does ``body`` on import.
+
+    The probe runs isolated (``python3 -I``: no PYTHONPATH), so the torch must be in the
+    interpreter's own site-packages, as in an image: a virtual environment's.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    _fake_dist(site, "torch", body)
+    return HostRunner(env={"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"})
+
+
 @pytest.mark.skipif(PYTHON3 is None, reason="no python3 on PATH")
 async def test_a_torch_whose_import_hangs_cannot_hang_the_probe(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    _fake_dist(site, "torch", "import time\ntime.sleep(600)\n")
-    env = {"PYTHONPATH": str(site), "PARITYBOT_PROBE_TORCH_TIMEOUT": "2"}
+    runner = python_with_torch(tmp_path, "import time\ntime.sleep(600)\n")
+    env = {"PARITYBOT_PROBE_TORCH_TIMEOUT": "2"}
     step = probe_step([]).model_copy(update={"env": env, "timeout_s": 60})
-    facts = parse_probe(await HostRunner().run(step, tmp_path))
+    facts = parse_probe(await runner.run(step, tmp_path))
     assert facts.packages.get("torch") == "0.0.1"
     assert facts.torch is None and "torch" in facts.missing
     assert any("did not finish within 2 s" in note for note in facts.notes)
@@ -157,11 +170,10 @@ async def test_a_torch_whose_import_hangs_cannot_hang_the_probe(tmp_path):
 
 @pytest.mark.skipif(PYTHON3 is None, reason="no python3 on PATH")
 async def test_a_broken_torch_is_reported_not_crashed_on(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    _fake_dist(site, "torch", "raise ImportError('libcudart.so.12: cannot open shared object file')\n")
-    step = probe_step([]).model_copy(update={"env": {"PYTHONPATH": str(site)}})
-    facts = parse_probe(await HostRunner().run(step, tmp_path))
+    runner = python_with_torch(
+        tmp_path, "raise ImportError('libcudart.so.12: cannot open shared object file')\n"
+    )
+    facts = parse_probe(await runner.run(probe_step([]), tmp_path))
     assert facts.torch is None
     assert any("importing it failed" in note and "libcudart.so.12" in note for note in facts.notes)
 

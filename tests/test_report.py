@@ -266,13 +266,13 @@ def test_rfc_checklist_all_done_state() -> None:
     body = render_comment(report, stage=Stage.DONE)
     assert "✅ <b>RFC checklist: all 2 items done</b>" in body
     assert "- ☑ Link to the RFC" in body
-    assert "RFC: https://github.com/acme/fastconv/discussions/77" in body
+    assert "RFC: <https://github.com/acme/fastconv/discussions/77>" in body
     assert "- [ ]" not in body  # nothing left to copy
 
 
 def test_queue_position_and_what_runs_now() -> None:
-    assert "#1 in line (next up)" in render_comment(None, stage=Stage.QUEUED, queue_position=1)
-    assert "#4 in line (3 ahead)" in render_comment(None, stage=Stage.QUEUED, queue_position=4)
+    assert "#\u200b1 in line (next up)" in render_comment(None, stage=Stage.QUEUED, queue_position=1)
+    assert "#\u200b4 in line (3 ahead)" in render_comment(None, stage=Stage.QUEUED, queue_position=4)
     running = render_comment(samples.running_run(), stage=Stage.RUNNING)
     assert "### 🔄 Running: tests (pre-commit, docstrings done)" in running
     assert "### 🔄 Running: preparing the environment" in render_comment(None, stage=Stage.RUNNING)
@@ -294,7 +294,7 @@ def test_report_text_cannot_break_the_markdown_or_ping_people() -> None:
     body = render_comment(report, stage=Stage.DONE)
     # The error sits in a fence longer than any backtick run inside it, so it cannot close early.
     assert "````\n" + hostile + "\n````" in body
-    assert "ask @\u200boctocat about &lt;b&gt;this&lt;/b&gt; | pipe" in body
+    assert "ask @\u200boctocat about &lt;b&gt;this&lt;/b&gt; \\| pipe" in body
     outside_code = body.replace(hostile, "")
     assert "@octocat" not in outside_code
 
@@ -476,7 +476,7 @@ def test_lifecycle_outputs_name_every_check_consistently() -> None:
     ):
         assert [o.name for o in outputs] == names
     assert {o.status for o in render_queued_output("cuda12")} == {"queued"}
-    assert render_queued_output("cuda12", queue_position=2)[0].title == "#2 in the GPU queue"
+    assert render_queued_output("cuda12", queue_position=2)[0].title == "#\u200b2 in the GPU queue"
     assert {o.conclusion for o in render_awaiting_approval_output("cuda12", reason="x")} == {
         "action_required"
     }

@@ -12,6 +12,7 @@ from sample_repo import (
     SUITE_SIZE,
     SampleRepo,
     commit_all,
+    git,
     make_sample_repo,
     tool_env,
 )
@@ -32,7 +33,8 @@ def sample(tmp_path: Path) -> SampleRepo:
 
 
 def _repro(sample: SampleRepo) -> ReproContext:
-    return ReproContext(head_sha=sample.head_sha, repo="octo/calc", pr_number=12)
+    """The commit checked out: a test may have committed on top of the sample's head."""
+    return ReproContext(head_sha=git(sample.path, "rev-parse", "HEAD"), repo="octo/calc", pr_number=12)
 
 
 async def _run(
