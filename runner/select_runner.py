@@ -115,7 +115,8 @@ def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: Engine
         if not _host_allowed(policy, request):
             return RunnerChoice("refused", _host_refusal(policy))
         trusted = ", and the code's author is trusted" if policy.host == "trusted-code-only" else ""
-        return RunnerChoice("host", f"{policy.asked_by}=host{trusted}")
+        # In backticks: the reason is shown in the report, where a setting's name is code.
+        return RunnerChoice("host", f"`{policy.asked_by}=host`{trusted}")
     image = image_of(policy, environment)
     if image is None:
         if policy.mode == "auto" and _host_allowed(policy, request):

@@ -460,7 +460,7 @@ def host_run() -> RunReport:
         image_digest=None,
         image_ref=None,
         runner="host",
-        runner_reason="PARITYBOT_RUNNER=host, and the code's author is trusted",
+        runner_reason="`PARITYBOT_RUNNER=host`, and the code's author is trusted",
         precommit=PrecommitResult(
             status=CheckStatus.NOT_CONFIGURED, message="no .pre-commit-config.yaml in the repository"
         ),

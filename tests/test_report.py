@@ -226,7 +226,7 @@ def test_failures_come_first_and_carry_copy_pasteable_repro() -> None:
 def test_host_run_says_so_and_names_no_image() -> None:
     body = render_comment(samples.host_run(), stage=Stage.DONE)
     assert (
-        "on the runner's host (environment `host`: PARITYBOT_RUNNER=host, and the code's author is trusted)"
+        "on the runner's host (environment `host`: `PARITYBOT_RUNNER=host`, and the code's author is trusted)"
         in body
     )
     assert "sha256" not in body
