@@ -11,6 +11,7 @@ import pytest
 from docker_support import docker_client, test_image
 
 from bot.config import Environment
+from bot.models import RunKind, RunRequest
 from runner.base import RunnerRequest, RunRefused
 from runner.docker import DockerRunner
 from runner.host import HostRunner
@@ -127,6 +128,13 @@ def test_no_combination_runs_code_on_the_host_unless_asked_and_allowed() -> None
             assert engine is UP and choice.image == (image or default), case
         if choice.kind == "refused":
             assert choice.reason, case
+
+
+def test_trusted_code_is_a_trusted_author_s_pr_or_the_default_branch_s_own() -> None:
+    pr = RunRequest(repo="o/r", clone_url="x", head_sha="a" * 40)
+    assert not pr.code_trusted  # an approval alone never sets author_trusted
+    assert pr.model_copy(update={"author_trusted": True}).code_trusted
+    assert pr.model_copy(update={"kind": RunKind.BASELINE}).code_trusted
 
 
 def test_engine_location_follows_docker_host() -> None:
