@@ -7,13 +7,18 @@ backend ran them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.config import Environment
+
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
+SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 
 
 class Step(BaseModel):
@@ -84,6 +89,8 @@ class RunnerInfo(BaseModel):
     precommit_cache: str | None = Field(
         None, description="where hook environments persist across runs, as the steps see the path"
     )
+    memory: str | None = Field(None, description="the step containers' memory limit (docker syntax)")
+    shm_size: str | None = Field(None, description="the step containers' /dev/shm size (docker syntax)")
 
 
 class Runner(Protocol):
@@ -105,6 +112,33 @@ class Runner(Protocol):
 
 class RunnerError(Exception):
     """The runner could not do its job (image missing, no GPU runtime); the message says why."""
+
+
+class RunRefused(RunnerError):
+    """No runner may take this run (no engine, no image, the host refused); the message says why."""
+
+
+@dataclass(frozen=True)
+class RunnerRequest:
+    """What a runner factory is told about the run it serves."""
+
+    environment: Environment
+    run_id: str
+    trusted_code: bool = False
+    """The code's author is trusted (a PR by a trusted author, or the default branch's own code);
+    never true for a commit run because a maintainer approved it. Only such code may use the host."""
+    redact: tuple[str, ...] = ()
+    """Values (the run's installation token) never to show in output, beside the service's own."""
+
+
+RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
+    for secret in sorted({s for s in secrets if len(s) >= SECRET_MIN_LEN}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def cap_output(text: str, limit: int = 200_000) -> str:

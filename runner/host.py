@@ -1,7 +1,11 @@
 """The host runner: each step is a subprocess on the runner's own machine, with a timeout.
 
-It is the fallback when no container engine is reachable, and what ``paritybot check`` uses on a
-laptop. It gives no isolation: use it only for trusted code or inside a disposable machine.
+It gives no isolation, so it is never a fallback: `serve` uses it only when the operator asks
+(``PARITYBOT_RUNNER=host`` with ``PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only``) and only for
+trusted code, and ``paritybot check`` on a developer's own checkout says when it runs here.
+
+What a step sees of this process's environment is an allow-list (:data:`PASSED_THROUGH`): the
+variables a shell and the tools need, never the service's settings, engine address or tokens.
 """
 
 from __future__ import annotations
@@ -17,13 +21,40 @@ from pathlib import Path
 
 import structlog
 
-from runner.base import RunnerInfo, Step, StepResult, cap_output
+from runner.base import RunnerInfo, Step, StepResult, cap_output, redact
 
 log = structlog.get_logger(__name__)
 
+# Variables of this process that steps inherit; everything else (PARITYBOT_*, DOCKER_HOST, tokens,
+# cloud credentials) stays out of reach of the code under test. Besides what a shell needs, the
+# GPUs and libraries the machine's operator chose for its runs; an environment's `env:` adds more.
+PASSED_THROUGH = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"),
+        *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    }
+)
+PASSED_THROUGH_PREFIXES = ("LC_",)
+
+
+def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The allow-listed part of ``environ``."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in PASSED_THROUGH or key.startswith(PASSED_THROUGH_PREFIXES)
+    }
+
 
 class HostRunner:
-    def __init__(self, reason: str = "", env: dict[str, str] | None = None, output_limit: int = 200_000):
+    def __init__(
+        self,
+        reason: str = "",
+        env: dict[str, str] | None = None,
+        output_limit: int = 200_000,
+        *,
+        redact: list[str] | tuple[str, ...] = (),
+    ):
         env = dict(env or {})
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
         # paritybot, even when its virtual environment is not activated.
@@ -32,6 +63,7 @@ class HostRunner:
         self._proc: asyncio.subprocess.Process | None = None
         self._cancelled = False
         self._output_limit = output_limit
+        self._secrets = [s for s in redact if s]
 
     @property
     def info(self) -> RunnerInfo:
@@ -54,7 +86,7 @@ class HostRunner:
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**os.environ, **self._info.env, **step.env}
+        env = {**minimal_environment(os.environ), **self._info.env, **step.env}
         started = time.monotonic()
         try:
             # A new session, so a timeout or cancel kills the whole process group, not just its leader.
@@ -87,12 +119,13 @@ class HostRunner:
         finally:
             self._proc = None
         duration = time.monotonic() - started
-        text = cap_output(out.decode("utf-8", "replace"), self._output_limit)
+        # Redacted before the cap, so no cut can leave half a secret behind.
+        text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
         collected = {}
         for rel in step.collect:
             path = workspace / rel
             if path.is_file():
-                collected[rel] = path.read_text(errors="replace")
+                collected[rel] = redact(path.read_text(errors="replace"), self._secrets)
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,
