@@ -7,13 +7,18 @@ backend ran them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bot.config import Environment
+
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
+SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 
 
 class ToolStore(BaseModel):
@@ -107,6 +112,8 @@ class RunnerInfo(BaseModel):
     image_ref: str | None = Field(None, description="how a repro command names the image")
     gpus: str | None = Field(None, description="the --gpus value a repro command needs")
     env: dict[str, str] = Field(default_factory=dict)
+    memory: str | None = Field(None, description="the step containers' memory limit (docker syntax)")
+    shm_size: str | None = Field(None, description="the step containers' /dev/shm size (docker syntax)")
 
 
 class Runner(Protocol):
@@ -128,6 +135,33 @@ class Runner(Protocol):
 
 class RunnerError(Exception):
     """The runner could not do its job (image missing, no GPU runtime); the message says why."""
+
+
+class RunRefused(RunnerError):
+    """No runner may take this run (no engine, no image, the host refused); the message says why."""
+
+
+@dataclass(frozen=True)
+class RunnerRequest:
+    """What a runner factory is told about the run it serves."""
+
+    environment: Environment
+    run_id: str
+    trusted_code: bool = False
+    """The code's author is trusted (a PR by a trusted author, or the default branch's own code);
+    never true for a commit run because a maintainer approved it. Only such code may use the host."""
+    redact: tuple[str, ...] = ()
+    """Values (the run's installation token) never to show in output, beside the service's own."""
+
+
+RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
+    for secret in sorted({s for s in secrets if len(s) >= SECRET_MIN_LEN}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def cap_output(text: str, limit: int = 200_000) -> str:

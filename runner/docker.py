@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,17 @@ import requests
 import structlog
 from docker.models.containers import Container
 from docker.types import DeviceRequest
+from docker.utils import parse_bytes
 
-from bot.config import Environment
-from runner.base import RunnerError, RunnerInfo, Step, StepResult, ToolStore
+from bot.config import (
+    CPUS_DEFAULT_MAX,
+    MEMORY_DEFAULT_MAX,
+    SHM_DEFAULT_MAX,
+    TMPFS_DEFAULT_MAX,
+    Environment,
+    ResourceLimits,
+)
+from runner.base import SECRET_MIN_LEN, RunnerError, RunnerInfo, Step, StepResult, ToolStore, redact
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +85,6 @@ _GPU_ERRORS = (
     "nvidia-container-cli",
     "unknown or invalid runtime name: nvidia",
 )
-_SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 OnOutput = Callable[[str], None]
 
 
@@ -96,6 +104,64 @@ def device_requests(gpus: str | int | list[str]) -> list[DeviceRequest]:
     raise ValueError(f"gpus must be 'all', 'none', a count or a list of device ids, not {gpus!r}")
 
 
+@dataclass(frozen=True)
+class EffectiveLimits:
+    """The limits a step container gets, sizes in bytes."""
+
+    memory: int
+    shm: int
+    tmpfs: int
+    cpus: float
+    pids: int
+
+
+def effective_limits(limits: ResourceLimits, engine_memory: int, engine_cpus: int) -> EffectiveLimits:
+    """The configured limits, with unset ones derived from the engine's machine.
+
+    The rule, said in the config schema too: memory = min(16g, 3/4 of the engine's memory);
+    shm = min(8g, memory / 2); tmpfs = min(4g, memory / 4); cpus = min(8, the engine's CPUs), and
+    a configured CPU count above the engine's is lowered to it (Docker refuses more). An engine
+    that reports no memory or CPU count (0) gets the maximums. Raises ValueError on a bad size.
+    """
+    if limits.memory is not None:
+        memory = _size(limits.memory, "memory")
+    else:
+        memory = _size(MEMORY_DEFAULT_MAX, "memory")
+        if engine_memory > 0:
+            memory = min(memory, _round_down_mib(engine_memory * 3 // 4))
+    if limits.shm_size is not None:
+        shm = _size(limits.shm_size, "shm_size")
+    else:
+        shm = min(_size(SHM_DEFAULT_MAX, "shm_size"), _round_down_mib(memory // 2))
+    if limits.tmpfs_size is not None:
+        tmpfs = _size(limits.tmpfs_size, "tmpfs_size")
+    else:
+        tmpfs = min(_size(TMPFS_DEFAULT_MAX, "tmpfs_size"), _round_down_mib(memory // 4))
+    cpus = limits.cpus if limits.cpus is not None else CPUS_DEFAULT_MAX
+    if engine_cpus > 0:
+        cpus = min(cpus, float(engine_cpus))
+    return EffectiveLimits(memory=memory, shm=shm, tmpfs=tmpfs, cpus=cpus, pids=limits.pids)
+
+
+def _size(value: str, key: str) -> int:
+    try:
+        return int(parse_bytes(value))
+    except docker.errors.DockerException as exc:
+        raise ValueError(f"limits.{key} = {value!r}: {exc}") from None
+
+
+def _round_down_mib(n: int) -> int:
+    return max(n >> 20, 1) << 20
+
+
+def human_size(n: int) -> str:
+    """Bytes in Docker's size syntax, as short as it stays exact: 8g, 768m, 1536k, 1000."""
+    for suffix, shift in (("g", 30), ("m", 20), ("k", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return str(n)
+
+
 def gpus_flag(gpus: str | int | list[str]) -> str | None:
     """The ``docker run --gpus`` value asking for the same GPUs; None when no GPU is requested."""
     if not device_requests(gpus):
@@ -106,21 +172,14 @@ def gpus_flag(gpus: str | int | list[str]) -> str | None:
     return str(gpus)
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
-    for secret in sorted({s for s in secrets if len(s) >= _SECRET_MIN_LEN}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
 def _edge_redact(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
     """Hide a secret cut in two by the output cap: its start ends the head, its end starts the tail."""
-    for secret in (s for s in secrets if len(s) >= _SECRET_MIN_LEN):
-        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+    for secret in (s for s in secrets if len(s) >= SECRET_MIN_LEN):
+        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
             if head.endswith(secret[:n]):
                 head = head[: len(head) - n] + "***"
                 break
-        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
             if tail.startswith(secret[-n:]):
                 tail = "***" + tail[n:]
                 break
@@ -445,34 +504,34 @@ class DockerRunner:
             container.remove(force=True)
 
     def _limits(self) -> dict[str, Any]:
-        limits = self.environment.limits
-        # Asking for more CPUs than the engine has is an error in Docker; cap it to what exists.
-        ncpu = int(self.client.info().get("NCPU") or 0)
-        cpus = min(limits.cpus, ncpu) if ncpu else limits.cpus
-        if cpus < limits.cpus:
-            log.info("cpu limit capped to the engine's CPUs", asked=limits.cpus, cpus=cpus)
-        tmpfs_opts = f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},mode=1777"
-        config = {
+        info = self.client.info()
+        try:
+            limits = effective_limits(
+                self.environment.limits, int(info.get("MemTotal") or 0), int(info.get("NCPU") or 0)
+            )
+        except ValueError as exc:
+            raise RunnerError(f"environment {self.environment.name}: bad size in {exc}") from None
+        self._info.memory = human_size(limits.memory)
+        self._info.shm_size = human_size(limits.shm)
+        log.info(
+            "container limits",
+            memory=self._info.memory,
+            shm=self._info.shm_size,
+            tmpfs=human_size(limits.tmpfs),
+            cpus=limits.cpus,
+        )
+        return {
             "mem_limit": limits.memory,
             "memswap_limit": limits.memory,  # the same value: no swap on top of the memory limit
             "pids_limit": limits.pids,
-            "nano_cpus": int(cpus * 1e9),
-            "shm_size": limits.shm_size,
-            "tmpfs": {"/tmp": tmpfs_opts},
+            "nano_cpus": int(limits.cpus * 1e9),
+            "shm_size": limits.shm,
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs},mode=1777"},
             "read_only": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "device_requests": device_requests(self.environment.gpus),
         }
-        try:
-            from docker.utils import parse_bytes
-
-            for key in ("mem_limit", "shm_size"):
-                parse_bytes(config[key])
-            parse_bytes(limits.tmpfs_size)
-        except docker.errors.DockerException as exc:
-            raise RunnerError(f"environment {self.environment.name}: bad size in limits: {exc}") from None
-        return config
 
     # --- run -----------------------------------------------------------------------------------
 
@@ -661,7 +720,7 @@ class DockerRunner:
         collected = await asyncio.to_thread(self._collect, container, step.collect, root)
         output = buffer.text(self._secrets)
         if oom:
-            output += f"\n[paritybot] killed: out of memory (limit {self.environment.limits.memory})\n"
+            output += f"\n[paritybot] killed: out of memory (limit {self._info.memory})\n"
         elif timed_out:
             output += f"\n[paritybot] killed: still running after {step.timeout_s:g} s\n"
         duration = time.monotonic() - started

@@ -1,8 +1,13 @@
 """The host runner: each step is a subprocess on the runner's own machine, with a timeout.
 
-It is the fallback when no container engine is reachable, and what ``paritybot check`` uses on a
-laptop. It gives no isolation: use it only for trusted code or inside a disposable machine. So a
-step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
+It gives no isolation, so it is never a fallback: `serve` uses it only when the operator asks
+(``PARITYBOT_RUNNER=host`` with ``PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only``) and only for
+trusted code, and ``paritybot check`` on a developer's own checkout says when it runs here.
+
+What a step sees of this process's environment is an allow-list (:data:`PASSED_THROUGH`): the
+variables a shell and the tools need, never the service's settings, engine address or tokens.
+
+A step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
 ``store_root`` (default: the user's cache directory), writable whatever the step asked.
 """
 
@@ -19,9 +24,29 @@ from pathlib import Path
 
 import structlog
 
-from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output
+from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output, redact
 
 log = structlog.get_logger(__name__)
+
+# Variables of this process that steps inherit; everything else (PARITYBOT_*, DOCKER_HOST, tokens,
+# cloud credentials) stays out of reach of the code under test. Besides what a shell needs, the
+# GPUs and libraries the machine's operator chose for its runs; an environment's `env:` adds more.
+PASSED_THROUGH = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"),
+        *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    }
+)
+PASSED_THROUGH_PREFIXES = ("LC_",)
+
+
+def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The allow-listed part of ``environ``."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in PASSED_THROUGH or key.startswith(PASSED_THROUGH_PREFIXES)
+    }
 
 
 def default_store_root() -> Path:
@@ -36,6 +61,7 @@ class HostRunner:
         env: dict[str, str] | None = None,
         output_limit: int = 200_000,
         *,
+        redact: list[str] | tuple[str, ...] = (),
         store_root: Path | None = None,
     ):
         env = dict(env or {})
@@ -46,6 +72,7 @@ class HostRunner:
         self._proc: asyncio.subprocess.Process | None = None
         self._cancelled = False
         self._output_limit = output_limit
+        self._secrets = [s for s in redact if s]
         self._store_root = store_root or default_store_root()
 
     @property
@@ -76,7 +103,7 @@ class HostRunner:
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**os.environ, **self._info.env, **step.env, **self._store_env(step.store)}
+        env = {**minimal_environment(os.environ), **self._info.env, **step.env, **self._store_env(step.store)}
         started = time.monotonic()
         try:
             # A new session, so a timeout or cancel kills the whole process group, not just its leader.
@@ -109,13 +136,14 @@ class HostRunner:
         finally:
             self._proc = None
         duration = time.monotonic() - started
-        text = cap_output(out.decode("utf-8", "replace"), self._output_limit)
+        # Redacted before the cap, so no cut can leave half a secret behind.
+        text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
         collected = {}
         for rel in step.collect:
             path = workspace / rel
             if path.is_file():
                 # Bytes, decoded as the container runner does: line endings kept as they are.
-                collected[rel] = path.read_bytes().decode("utf-8", "replace")
+                collected[rel] = redact(path.read_bytes().decode("utf-8", "replace"), self._secrets)
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,

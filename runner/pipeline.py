@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +35,7 @@ from bot.models import (
     TestsResult,
 )
 from handlers.rfc import collect_rfc_inputs, evaluate_rfc
-from runner.base import Runner, RunnerError, Step
+from runner.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
 from runner.coverage_map import (
     CoverageMap,
     CoverageMapError,
@@ -53,8 +53,6 @@ from runner.testexec import TestRunError, run_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
-
-RunnerFactory = Callable[[Environment, str], Awaitable[Runner]]
 
 # How far back from a PR's merge base to look for a coverage map (first-parent commits).
 MAP_SEARCH_DEPTH = 200
@@ -134,7 +132,14 @@ class Pipeline:
             )
             report.base_sha = workspace.base_sha or req.base_sha
             self._check_cancelled()
-            self._runner = await self.deps.runner_factory(self.environment, self.run_id)
+            self._runner = await self.deps.runner_factory(
+                RunnerRequest(
+                    self.environment,
+                    self.run_id,
+                    trusted_code=req.code_trusted,
+                    redact=(self.deps.token,) if self.deps.token else (),
+                )
+            )
             await self._runner.prepare()
             info = self._runner.info
             report.runner, report.runner_reason = info.kind, info.reason
@@ -161,6 +166,7 @@ class Pipeline:
             report.state = RunState.CANCELLED
         except (WorkspaceError, RunnerError) as exc:
             report.state, report.error = RunState.FAILED, str(exc)
+            report.refused = isinstance(exc, RunRefused)
         except Exception as exc:
             log.exception("run crashed")
             report.state, report.error = RunState.FAILED, f"internal error: {type(exc).__name__}: {exc}"
@@ -297,7 +303,7 @@ class Pipeline:
             pytest_args=list(self.config.tests.pytest_args),
             runner_kind=info.kind,
             setup=list(self.environment.setup),
-            docker_options=["--shm-size", self.environment.limits.shm_size] if info.kind == "docker" else [],
+            docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
         if self.environment.network.tests:

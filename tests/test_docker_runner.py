@@ -23,9 +23,12 @@ from bot.config import Environment, ResourceLimits
 from runner.base import RunnerError, Step, ToolStore
 from runner.docker import (
     DockerRunner,
+    EffectiveLimits,
     OutputBuffer,
     device_requests,
+    effective_limits,
     gpus_flag,
+    human_size,
     parse_user,
     pick_repo_digest,
     redact,
@@ -130,6 +133,57 @@ def test_output_buffer_decodes_utf8_split_across_chunks():
 
 def test_redact_replaces_every_secret_and_ignores_tiny_ones():
     assert redact("token=abcd1234 again abcd1234 and ab", ["abcd1234", "ab"]) == "token=*** again *** and ab"
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("configured", "engine_memory", "engine_cpus", "expected"),
+    [
+        # A big machine: the maximums.
+        ({}, 256 * GIB, 64, EffectiveLimits(16 * GIB, 8 * GIB, 4 * GIB, 8.0, 4096)),
+        # A 8 GiB laptop engine: 3/4 of its memory, half of that for /dev/shm, a quarter for /tmp.
+        ({}, 8 * GIB, 4, EffectiveLimits(6 * GIB, 3 * GIB, 1536 << 20, 4.0, 4096)),
+        # What the repository sets wins; shm and /tmp follow its memory; too many CPUs are lowered.
+        (
+            {"memory": "4g", "cpus": 32},
+            256 * GIB,
+            16,
+            EffectiveLimits(4 * GIB, 2 * GIB, 1 * GIB, 16.0, 4096),
+        ),
+        (
+            {"memory": "2g", "shm_size": "64m", "tmpfs_size": "1g", "cpus": 1.5, "pids": 100},
+            8 * GIB,
+            4,
+            EffectiveLimits(2 * GIB, 64 << 20, 1 * GIB, 1.5, 100),
+        ),
+        # An engine that reports nothing: the maximums.
+        ({}, 0, 0, EffectiveLimits(16 * GIB, 8 * GIB, 4 * GIB, 8.0, 4096)),
+    ],
+)
+def test_limits_default_to_a_share_of_the_engine_s_machine(configured, engine_memory, engine_cpus, expected):
+    limits = ResourceLimits.model_validate(configured)
+    assert effective_limits(limits, engine_memory, engine_cpus) == expected
+
+
+def test_a_bad_size_is_named():
+    with pytest.raises(ValueError, match=r"limits\.memory = 'lots'"):
+        effective_limits(ResourceLimits(memory="lots"), 8 * GIB, 4)
+
+
+def test_sizes_are_shown_in_docker_syntax():
+    assert [human_size(n) for n in (8 * GIB, 1536 << 20, 3 << 10, 1000)] == ["8g", "1536m", "3k", "1000"]
+
+
+def test_the_config_schema_documents_the_rule():
+    from bot.config import RepoConfig
+
+    limits = RepoConfig.model_json_schema()["$defs"]["ResourceLimits"]["properties"]
+    assert "3/4 of the engine's memory, at most 16g" in limits["memory"]["description"]
+    assert "the engine's CPUs, at most 8" in limits["cpus"]["description"]
+    assert "half the memory limit, at most 8g" in limits["shm_size"]["description"]
+    assert "a quarter of the memory limit, at most 4g" in limits["tmpfs_size"]["description"]
 
 
 def test_an_environment_without_image_cannot_use_the_container_runner():
@@ -314,6 +368,35 @@ async def test_a_memory_hog_is_killed_and_reported_out_of_memory(make_runner, wo
     assert result.exit_code == 137
     assert "out of memory" in result.describe_failure()
     assert "out of memory" in result.output
+
+
+@pytest.mark.docker
+async def test_default_limits_follow_the_engine_s_machine(docker_client, test_image, workspace):
+    """No limits configured: the container's cgroup and mounts carry the sizes the rule gives for
+    this engine's memory and CPUs."""
+    info = docker_client.info()
+    expected = effective_limits(ResourceLimits(), int(info["MemTotal"]), int(info["NCPU"]))
+    env = Environment(name="ci", image=test_image, gpus="none")
+    runner = DockerRunner(env, f"t-{uuid.uuid4().hex[:12]}", docker_client)
+    try:
+        cg = "/sys/fs/cgroup"
+        script = (  # cgroup v2 files, else v1's
+            f"cat {cg}/memory.max 2>/dev/null || cat {cg}/memory/memory.limit_in_bytes; "
+            f"cat {cg}/cpu.max 2>/dev/null || echo $(cat {cg}/cpu/cpu.cfs_quota_us {cg}/cpu/cpu.cfs_period_us); "
+            "df -k /dev/shm /tmp | tail -n 2"
+        )
+        result = await runner.run(sh("limits", script), workspace)
+    finally:
+        await runner.close()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert int(lines[0]) == expected.memory
+    quota, period = lines[1].split()
+    assert int(quota) / int(period) == expected.cpus
+    shm_kb, tmp_kb = (int(line.split()[1]) for line in lines[2:4])
+    assert (shm_kb * 1024, tmp_kb * 1024) == (expected.shm, expected.tmpfs)
+    assert runner.info.memory == human_size(expected.memory)
+    assert runner.info.shm_size == human_size(expected.shm)
 
 
 @pytest.mark.docker
