@@ -38,7 +38,7 @@ from gitrepo import GitRepo
 from bot.config import Environment, RepoConfig, ResourceLimits
 from bot.models import CheckStatus, HookStatus, PrecommitResult, RunReport, RunRequest, RunScope, RunState
 from bot.report import Stage, render_comment
-from runner.base import Step
+from runner.base import RunnerRequest, Step
 from runner.docker import DockerRunner
 from runner.pipeline import Pipeline, PipelineDeps
 from runner.precommit import CONFIG_FILE, run_precommit
@@ -310,8 +310,8 @@ async def _pipeline_run(
         {"environments": [env.model_dump()], "checks": {"precommit": False, "docstrings": False}}
     )
 
-    async def factory(environment: Environment, run_id: str) -> DockerRunner:
-        return DockerRunner(environment, run_id, docker_client)
+    async def factory(request: RunnerRequest) -> DockerRunner:
+        return DockerRunner(request.environment, request.run_id, docker_client)
 
     deps = PipelineDeps(runner_factory=factory, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")
     request = RunRequest(
