@@ -57,9 +57,25 @@ class ResourceLimits(_Strict):
 
 
 class StepNetwork(_Strict):
-    """Which steps may reach the network. Tests run offline by default."""
+    """Which steps may reach the network. Everything that runs the pull request's code is offline
+    unless the base branch's config says otherwise; only installing pre-commit's hook environments
+    (in a container that holds the pre-commit config and nothing else of the pull request) is online."""
 
-    precommit: bool = Field(True, description="pre-commit may need to install hook environments")
+    precommit_install: bool = Field(
+        True,
+        description="install pre-commit's hook environments from the hook repositories the config names; "
+        "this runs in its own container, which holds .pre-commit-config.yaml and no other file of the PR",
+    )
+    precommit: bool = Field(
+        False,
+        description="pre-commit's hooks may reach the network while they run (a `repo: local` hook is the "
+        "PR's own code)",
+    )
+    setup: bool = Field(
+        False,
+        description="the set-up commands may reach the network (`pip install -e .` runs the PR's setup.py); "
+        "bake the dependencies into the image instead where you can",
+    )
     tests: bool = False
     probe: bool = False
 

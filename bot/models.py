@@ -275,6 +275,10 @@ class RunReport(Model):
     )
     runner: str = Field("", description="host or docker; empty when no runner was started")
     runner_reason: str = ""
+    networked_steps: list[str] = Field(
+        default_factory=list,
+        description="steps that ran the pull request's code with network, as the base branch's config allowed",
+    )
     state: RunState = RunState.RUNNING
     error: str | None = Field(None, description="why the run itself broke, if it did")
     refused: bool = Field(

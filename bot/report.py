@@ -558,6 +558,8 @@ def _about_line(report: RunReport, check_run_url: str | None) -> str:
         where += f" in image {md.code(image)} (environment {md.code(report.environment)})"
     else:
         where += f" (environment {md.code(report.environment)}, no runner started)"
+    if report.networked_steps:
+        where += f" · network allowed for {md.prose(', '.join(report.networked_steps))}"
     took = _duration(report)
     if took:
         where += f" · took {took}"

@@ -12,13 +12,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bot.config import Environment
 
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
 SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
+
+
+class ToolStore(BaseModel):
+    """A directory kept across runs for a tool's installed environments (pre-commit's hooks).
+
+    ``key`` names what the store was built from (a digest of those inputs), so runs whose inputs
+    differ never share one. Only a scratch step, which sees nothing of the run, may write it: every
+    step that runs a pull request's code gets it read-only, so one pull request cannot change what
+    another one runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    env: str = Field(description="the variable that receives the store's path, e.g. PRE_COMMIT_HOME")
+    writable: bool = False
 
 
 class Step(BaseModel):
@@ -34,8 +50,9 @@ class Step(BaseModel):
     scratch: bool = Field(
         False,
         description="run in a new empty directory outside the workspace instead of the workspace: "
-        "for steps that must not see the pull request's files (the probe); workdir, inject and "
-        "collect are then relative to that directory",
+        "for steps that must not see the pull request's files (the probe, installing pre-commit's "
+        "hook environments); nothing of the run is reachable from it, and workdir, inject and "
+        "collect are relative to that directory",
     )
     workdir: str = Field(".", description="relative to the workspace root")
     inject: dict[str, str] = Field(
@@ -46,6 +63,15 @@ class Step(BaseModel):
         default_factory=list,
         description="workspace-relative files read back after the step (e.g. a JUnit report)",
     )
+    store: ToolStore | None = None
+
+    @model_validator(mode="after")
+    def _store_written_only_from_scratch(self) -> Step:
+        if self.store is not None and self.store.writable and not self.scratch:
+            raise ValueError(
+                "a step that sees the workspace gets a store read-only; only a scratch step writes it"
+            )
+        return self
 
 
 class StepResult(BaseModel):
@@ -86,9 +112,6 @@ class RunnerInfo(BaseModel):
     image_ref: str | None = Field(None, description="how a repro command names the image")
     gpus: str | None = Field(None, description="the --gpus value a repro command needs")
     env: dict[str, str] = Field(default_factory=dict)
-    precommit_cache: str | None = Field(
-        None, description="where hook environments persist across runs, as the steps see the path"
-    )
     memory: str | None = Field(None, description="the step containers' memory limit (docker syntax)")
     shm_size: str | None = Field(None, description="the step containers' /dev/shm size (docker syntax)")
 

@@ -10,13 +10,18 @@ What a run gets, and why:
   to step, while the host's checkout is never written. The copy is made with the Docker API
   (``put_archive``), so it works with a remote engine and with a runner that itself runs in a
   container. The volume is removed when the run closes, or at the next start-up if the runner
-  died (:func:`remove_orphans`).
+  died (:func:`remove_orphans`). A scratch step (``Step.scratch``) gets a new volume of its own
+  instead, mounted at the same place: its directory and home, and nothing of the run.
 * Hardening by default: a non-root user (``environment.user``, else ``1000:1000``, which needs no
   entry in the image's ``/etc/passwd``), every capability dropped, ``no-new-privileges``, a
   read-only root file system, a size-limited ``/tmp`` tmpfs, memory (without swap), process, CPU
   and ``/dev/shm`` limits, and no network unless the step asks for it.
-* pre-commit's hook environments and pip's cache live in named volumes keyed by the image digest
-  and the user id, so they survive runs but an image never sees another image's environments.
+* A step that asks for a store (pre-commit's hook environments) gets a named volume keyed by the
+  store's key, the image digest and the user id, so it survives runs but is never shared by runs
+  whose inputs differ. It is mounted writable only into a scratch step (the one that installs the
+  environments from the config alone) and read-only everywhere else, so a pull
+  request's code cannot change the environments another run uses. There is no shared pip cache: a
+  step's pip caches in the run's own home directory, which goes with the run.
 * Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets.
 """
 
@@ -52,23 +57,24 @@ from bot.config import (
     Environment,
     ResourceLimits,
 )
-from runner.base import SECRET_MIN_LEN, RunnerError, RunnerInfo, Step, StepResult, redact
+from runner.base import SECRET_MIN_LEN, RunnerError, RunnerInfo, Step, StepResult, ToolStore, redact
 
 log = structlog.get_logger(__name__)
 
 LABEL_MANAGED = "paritybot.managed"
 LABEL_RUN_ID = "paritybot.run-id"
-LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or cache (kept across runs)
+LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or store (kept across runs)
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
-SCRATCH_ROOT = "scratch"  # in the run volume: one new directory per scratch step
+# A scratch step gets a new volume of its own at RUN_MOUNT, never the run's: its directory and home
+# sit where a workspace step's would, but nothing of the run (the workspace, the home) is there.
+SCRATCH_PATH = f"{RUN_MOUNT}/scratch"
 HOME_DIR = f"{RUN_MOUNT}/home"
-PRECOMMIT_MOUNT = "/paritybot-cache/pre-commit"
-PIP_MOUNT = "/paritybot-cache/pip"
+STORE_MOUNT = "/paritybot-store"
 # A fresh volume's root belongs to root; the data lives one level down, in a directory the
 # runner creates with the step user's ownership.
-CACHE_SUBDIR = "data"
+STORE_SUBDIR = "data"
 DEFAULT_USER = "1000:1000"
 NVIDIA_HINT = (
     "the container engine has no NVIDIA runtime: install the NVIDIA Container Toolkit "
@@ -288,9 +294,10 @@ def _repository(image_name: str) -> str:
     return name
 
 
-def cache_volume_name(kind: str, image_digest: str, uid: int) -> str:
+def store_volume_name(key: str, image_digest: str, uid: int) -> str:
+    """One volume per (store key, image, user): environments built elsewhere are never mixed in."""
     digest = image_digest.split(":", 1)[-1][:16]
-    return f"paritybot-cache-{kind}-{digest}-u{uid}"
+    return f"paritybot-store-{key}-{digest}-u{uid}"
 
 
 def _safe_name(text: str) -> str:
@@ -391,7 +398,6 @@ class DockerRunner:
         reason: str = "",
         output_limit: int = 200_000,
         on_output: OnOutput | None = None,
-        cache_volumes: bool = True,
         owns_client: bool | None = None,
     ):
         if not environment.image:
@@ -404,20 +410,19 @@ class DockerRunner:
         self._secrets = [s for s in (redact or []) if s]
         self._output_limit = output_limit
         self._on_output = on_output
-        self._cache_volumes = cache_volumes
         self._info = RunnerInfo(
             kind="docker",
             reason=reason,
             image=environment.image,
             gpus=gpus_flag(environment.gpus),
             env=dict(environment.env),
-            precommit_cache=f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}" if cache_volumes else None,
         )
         self._image_id: str | None = None
         self._uid_gid: tuple[int, int] | None = None
         self._host_config: dict[str, Any] = {}
         self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
         self._volumes_ready = False
+        self._stores_ready: set[str] = set()
         self._copied: Path | None = None
         self._current: Container | None = None
         self._cancelled = False
@@ -551,36 +556,36 @@ class DockerRunner:
             raise RunnerError(f"{step.name}: container engine error: {_api_error_text(exc)}") from None
 
     def _create(self, step: Step, workspace: Path) -> Container:
-        self._ensure_volumes()
+        name = f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}"
+        if step.scratch:
+            mounts = {self._scratch_volume(name): {"bind": RUN_MOUNT, "mode": "rw"}}
+        else:
+            self._ensure_volumes()
+            mounts = self._mounts()
         env = {
             "HOME": HOME_DIR,
             "USER": "paritybot",
             "LOGNAME": "paritybot",
             "TMPDIR": "/tmp",
-            **(
-                {
-                    "PRE_COMMIT_HOME": f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}",
-                    "PIP_CACHE_DIR": f"{PIP_MOUNT}/{CACHE_SUBDIR}",
-                }
-                if self._cache_volumes
-                else {}
-            ),
             **self._info.env,
             **step.env,
         }
-        root = WORKSPACE_DIR if not step.scratch else f"{RUN_MOUNT}/{SCRATCH_ROOT}/{os.urandom(6).hex()}"
+        if step.store is not None:
+            mounts |= self._store_mount(step.store)
+            env[step.store.env] = f"{STORE_MOUNT}/{STORE_SUBDIR}"
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
         workdir = f"{root}/{_safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
         try:
             container = self.client.containers.create(
                 self._image_id,
                 step.argv,
-                name=f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}",
+                name=name,
                 user=self._user,
                 environment=env,
                 working_dir=workdir,
                 labels=self._labels("step", step=step.name),
                 network_mode="bridge" if step.network else "none",
-                volumes=self._mounts(),
+                volumes=mounts,
                 stdin_open=False,
                 tty=False,
                 **self._host_config,
@@ -621,8 +626,7 @@ class DockerRunner:
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
 
     def _fill_scratch(self, container: Container, step: Step, root: str) -> None:
-        """A scratch step gets a new directory with its injected files, and no copy of the workspace:
-        it may run before the pull request's files are in the volume at all."""
+        """A scratch step gets its injected files in its own volume; the workspace is never there."""
         uid, gid = self._uid_gid or (0, 0)
         top = root.removeprefix(f"{RUN_MOUNT}/")
         files = {f"{top}/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
@@ -631,29 +635,41 @@ class DockerRunner:
     def _ensure_volumes(self) -> None:
         if self._volumes_ready:
             return
-        uid, gid = self._uid_gid or (0, 0)
         self._get_or_create_volume(self._run_volume, self._labels("workspace"))
-        if self._cache_volumes:
-            for kind in ("pre-commit", "pip"):
-                name = self._cache_name(kind)
-                volume = self._get_or_create_volume(name, {LABEL_MANAGED: "1", LABEL_ROLE: "cache"})
-                del volume
-            # The cache data directories must belong to the step user; a never-started container
-            # with the volumes mounted lets the engine create them with that owner.
-            holder = self.client.containers.create(
-                self._image_id,
-                ["true"],
-                labels=self._labels("step"),
-                volumes=self._mounts(),
-                network_mode="none",
-            )
-            try:
-                data = files_archive([CACHE_SUBDIR], {}, uid, gid)
-                holder.put_archive(PRECOMMIT_MOUNT, data)
-                holder.put_archive(PIP_MOUNT, data)
-            finally:
-                _remove_container(holder)
         self._volumes_ready = True
+
+    def _scratch_volume(self, container_name: str) -> str:
+        """A new, empty volume for one scratch step; removed with the run's volumes."""
+        name = f"{container_name}-scratch"
+        self.client.volumes.create(name, labels=self._labels("workspace"))
+        return name
+
+    def _store_mount(self, store: ToolStore) -> dict[str, dict[str, str]]:
+        """The store's volume, writable only for a step that sees no workspace (see Step)."""
+        uid = (self._uid_gid or (0, 0))[0]
+        name = store_volume_name(store.key, self._info.image_digest or self._image_id or "", uid)
+        if name not in self._stores_ready:
+            self._ensure_store(name)
+            self._stores_ready.add(name)
+        return {name: {"bind": STORE_MOUNT, "mode": "rw" if store.writable else "ro"}}
+
+    def _ensure_store(self, name: str) -> None:
+        self._get_or_create_volume(name, {LABEL_MANAGED: "1", LABEL_ROLE: "store"})
+        # The data directory must belong to the step user; a never-started container with the
+        # volume mounted lets the engine create it with that owner. Done by every run that uses
+        # the store, so a run never sees a volume another run has created but not yet prepared.
+        holder = self.client.containers.create(
+            self._image_id,
+            ["true"],
+            labels=self._labels("step"),
+            volumes={name: {"bind": STORE_MOUNT, "mode": "rw"}},
+            network_mode="none",
+        )
+        try:
+            uid, gid = self._uid_gid or (0, 0)
+            holder.put_archive(STORE_MOUNT, files_archive([STORE_SUBDIR], {}, uid, gid))
+        finally:
+            _remove_container(holder)
 
     def _get_or_create_volume(self, name: str, labels: dict[str, str]) -> Any:
         try:
@@ -661,16 +677,8 @@ class DockerRunner:
         except docker.errors.NotFound:
             return self.client.volumes.create(name, labels=labels)
 
-    def _cache_name(self, kind: str) -> str:
-        uid = (self._uid_gid or (0, 0))[0]
-        return cache_volume_name(kind, self._info.image_digest or self._image_id or "", uid)
-
     def _mounts(self) -> dict[str, dict[str, str]]:
-        mounts = {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
-        if self._cache_volumes:
-            mounts[self._cache_name("pre-commit")] = {"bind": PRECOMMIT_MOUNT, "mode": "rw"}
-            mounts[self._cache_name("pip")] = {"bind": PIP_MOUNT, "mode": "rw"}
-        return mounts
+        return {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
 
     def _labels(self, role: str, **extra: str) -> dict[str, str]:
         return {LABEL_MANAGED: "1", LABEL_RUN_ID: self.run_id, LABEL_ROLE: role} | {
@@ -708,7 +716,8 @@ class DockerRunner:
         state = (await asyncio.to_thread(_inspect_state, container)) or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
-        collected = await asyncio.to_thread(self._collect, container, step.collect)
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
+        collected = await asyncio.to_thread(self._collect, container, step.collect, root)
         output = buffer.text(self._secrets)
         if oom:
             output += f"\n[paritybot] killed: out of memory (limit {self._info.memory})\n"
@@ -749,11 +758,11 @@ class DockerRunner:
         code = result.get("StatusCode")
         return code if isinstance(code, int) else None
 
-    def _collect(self, container: Container, paths: list[str]) -> dict[str, str]:
+    def _collect(self, container: Container, paths: list[str], root: str) -> dict[str, str]:
         collected: dict[str, str] = {}
         for rel in paths:
             try:
-                chunks, _ = container.get_archive(f"{WORKSPACE_DIR}/{_safe_relative(rel)}")
+                chunks, _ = container.get_archive(f"{root}/{_safe_relative(rel)}")
                 text = read_archive_file(chunks)
             except (docker.errors.NotFound, RunnerError):
                 continue
@@ -782,13 +791,15 @@ class DockerRunner:
             await asyncio.to_thread(self._client.close)
 
     def _remove_run_volume(self) -> None:
-        # Containers of this run hold the volume; remove any left by a step that crashed midway.
+        # Containers of this run hold the volumes; remove any left by a step that crashed midway.
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
         ):
             _remove_container(container)
-        with contextlib.suppress(docker.errors.NotFound):
-            self.client.volumes.get(self._run_volume).remove(force=True)
+        # The workspace volume and every scratch step's volume.
+        for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                volume.remove(force=True)
 
 
 def _kill(container: Container) -> None:
@@ -819,7 +830,7 @@ def remove_orphans(client: docker.DockerClient, live_run_ids: set[str] | None = 
     """Remove containers and per-run volumes left by runners that died; returns the container count.
 
     Call it at start-up, before taking jobs, with the ids of runs still in progress elsewhere
-    (none, for a single runner). Cache volumes are kept: they are meant to outlive runs.
+    (none, for a single runner). Store volumes are kept: they are meant to outlive runs.
     """
     live = live_run_ids or set()
     removed = 0

@@ -6,6 +6,9 @@ trusted code, and ``paritybot check`` on a developer's own checkout says when it
 
 What a step sees of this process's environment is an allow-list (:data:`PASSED_THROUGH`): the
 variables a shell and the tools need, never the service's settings, engine address or tokens.
+
+A step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
+``store_root`` (default: the user's cache directory), writable whatever the step asked.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from runner.base import RunnerInfo, Step, StepResult, cap_output, redact
+from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output, redact
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +49,11 @@ def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str,
     }
 
 
+def default_store_root() -> Path:
+    """Where stores live on the host: the user's cache directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paritybot" / "stores"
+
+
 class HostRunner:
     def __init__(
         self,
@@ -54,6 +62,7 @@ class HostRunner:
         output_limit: int = 200_000,
         *,
         redact: list[str] | tuple[str, ...] = (),
+        store_root: Path | None = None,
     ):
         env = dict(env or {})
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
@@ -64,6 +73,7 @@ class HostRunner:
         self._cancelled = False
         self._output_limit = output_limit
         self._secrets = [s for s in redact if s]
+        self._store_root = store_root or default_store_root()
 
     @property
     def info(self) -> RunnerInfo:
@@ -81,12 +91,19 @@ class HostRunner:
                 return await self._run_in(step, Path(scratch))
         return await self._run_in(step, workspace)
 
+    def _store_env(self, store: ToolStore | None) -> dict[str, str]:
+        if store is None:
+            return {}
+        path = self._store_root / store.key
+        path.mkdir(parents=True, exist_ok=True)
+        return {store.env: str(path)}
+
     async def _run_in(self, step: Step, workspace: Path) -> StepResult:
         for rel, text in step.inject.items():
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**minimal_environment(os.environ), **self._info.env, **step.env}
+        env = {**minimal_environment(os.environ), **self._info.env, **step.env, **self._store_env(step.store)}
         started = time.monotonic()
         try:
             # A new session, so a timeout or cancel kills the whole process group, not just its leader.
@@ -125,7 +142,8 @@ class HostRunner:
         for rel in step.collect:
             path = workspace / rel
             if path.is_file():
-                collected[rel] = redact(path.read_text(errors="replace"), self._secrets)
+                # Bytes, decoded as the container runner does: line endings kept as they are.
+                collected[rel] = redact(path.read_bytes().decode("utf-8", "replace"), self._secrets)
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,

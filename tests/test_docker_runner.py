@@ -20,12 +20,11 @@ import pytest
 from docker_support import containers_of, docker_client, engine_has_nvidia, test_image, volumes_of
 
 from bot.config import Environment, ResourceLimits
-from runner.base import RunnerError, Step
+from runner.base import RunnerError, Step, ToolStore
 from runner.docker import (
     DockerRunner,
     EffectiveLimits,
     OutputBuffer,
-    cache_volume_name,
     device_requests,
     effective_limits,
     gpus_flag,
@@ -34,6 +33,7 @@ from runner.docker import (
     pick_repo_digest,
     redact,
     remove_orphans,
+    store_volume_name,
 )
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
@@ -98,11 +98,18 @@ def test_repo_digest_prefers_the_configured_repository():
     assert pick_repo_digest("local/image:dev", []) is None
 
 
-def test_cache_volumes_differ_per_image_and_user():
-    a = cache_volume_name("pip", "sha256:" + "a" * 64, 1000)
-    assert a != cache_volume_name("pip", "sha256:" + "b" * 64, 1000)
-    assert a != cache_volume_name("pip", "sha256:" + "a" * 64, 0)
-    assert a != cache_volume_name("pre-commit", "sha256:" + "a" * 64, 1000)
+def test_store_volumes_differ_per_key_image_and_user():
+    a = store_volume_name("pc-1", "sha256:" + "a" * 64, 1000)
+    assert a != store_volume_name("pc-1", "sha256:" + "b" * 64, 1000)
+    assert a != store_volume_name("pc-1", "sha256:" + "a" * 64, 0)
+    assert a != store_volume_name("pc-2", "sha256:" + "a" * 64, 1000)
+
+
+def test_only_a_scratch_step_may_write_a_store():
+    store = ToolStore(key="pc-1", env="PRE_COMMIT_HOME", writable=True)
+    with pytest.raises(ValueError, match="gets a store read-only"):
+        Step(name="hook", argv=["true"], store=store)
+    assert Step(name="install", argv=["true"], scratch=True, store=store).store == store
 
 
 def test_output_buffer_keeps_head_and_tail_and_hides_a_secret_cut_in_two():
@@ -396,7 +403,7 @@ async def test_default_limits_follow_the_engine_s_machine(docker_client, test_im
 async def test_only_steps_that_ask_get_a_network(make_runner, workspace):
     runner = make_runner()
     offline = await runner.run(sh("tests", "ls /sys/class/net"), workspace)
-    online = await runner.run(sh("pre-commit", "ls /sys/class/net", network=True), workspace)
+    online = await runner.run(sh("setup", "ls /sys/class/net", network=True), workspace)
     assert offline.output.split() == ["lo"]
     assert "eth0" in online.output.split()
 
@@ -542,15 +549,36 @@ async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_clie
 
 
 @pytest.mark.docker
-async def test_tool_caches_survive_runs_of_the_same_image(make_runner, workspace):
+async def test_a_store_is_filled_from_scratch_and_read_only_beside_the_workspace(
+    make_runner, workspace, docker_client
+):
+    key = f"t-{uuid.uuid4().hex[:12]}"
+    writer = ToolStore(key=key, env="STORE", writable=True)
+    reader = ToolStore(key=key, env="STORE")
     first = make_runner()
-    marker = f"cached-{uuid.uuid4().hex[:8]}"
-    wrote = await first.run(sh("warm", f"touch $PRE_COMMIT_HOME/{marker} $PIP_CACHE_DIR/{marker}"), workspace)
+    # The workspace is in the run's volume now; a scratch step still sees none of it, nor the home.
+    copied = await first.run(sh("copy", "echo left-in-home > $HOME/note; ls"), workspace)
+    assert "README.md" in copied.output.split()
+    wrote = await first.run(
+        Step(
+            name="fill",
+            argv=["sh", "-c", "ls -A . $HOME /paritybot; touch $STORE/env"],
+            scratch=True,
+            store=writer,
+        ),
+        workspace,
+    )
     assert wrote.exit_code == 0, wrote.output
+    assert "README.md" not in wrote.output and "note" not in wrote.output and "workspace" not in wrote.output
     await first.close()
     second = make_runner()
-    seen = await second.run(sh("reuse", "ls $PRE_COMMIT_HOME $PIP_CACHE_DIR"), workspace)
-    assert seen.output.split().count(marker) == 2
+    seen = await second.run(sh("use", "ls $STORE; touch $STORE/other", store=reader), workspace)
+    assert "env" in seen.output.split()
+    assert seen.exit_code != 0 and "Read-only file system" in seen.output
+    await second.close()
+    for volume in docker_client.volumes.list(filters={"label": "paritybot.role=store"}):
+        if key in volume.name:
+            volume.remove(force=True)
 
 
 @pytest.mark.docker
