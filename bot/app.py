@@ -16,7 +16,6 @@ import structlog
 from aiohttp import web
 from gidgethub import sansio
 
-from bot.config import Environment
 from bot.delivery_log import DeliveryLog
 from bot.dispatcher import Dispatcher
 from bot.executor import RunExecutor
@@ -29,36 +28,40 @@ from bot.web import create_web_app
 from bot.worker import WorkerPool
 from handlers.context import HandlerContext
 from handlers.routing import router
-from runner.base import Runner, RunnerError
+from runner.base import RunnerFactory
 from runner.docker import remove_orphans
-from runner.host import HostRunner
-from runner.pipeline import RunnerFactory
-from runner.select_runner import check_engine, choose_runner
+from runner.select_runner import RunnerPolicy, check_engine, runner_factory
 
 log = structlog.get_logger(__name__)
 
-
-def runner_factory(mode: str) -> RunnerFactory:
-    """How each run gets its runner: the admin may force the host or the container engine."""
-
-    async def make(environment: Environment, run_id: str) -> Runner:
-        if mode == "host" or (mode == "auto" and not environment.image):
-            reason = "the admin chose the host runner" if mode == "host" else "the environment names no image"
-            return HostRunner(reason=reason, env=environment.env)
-        if mode == "docker" and not environment.image:
-            raise RunnerError(
-                f"environment `{environment.name}` names no image, and this runner only runs containers"
-            )
-        return await choose_runner(environment, run_id)
-
-    return make
+ENGINE_FIX = (
+    "runs fail until the engine is reachable: in deploy/docker-compose.yml, mount the engine's "
+    "socket (DOCKER_SOCKET) and set DOCKER_GID to its group (stat -c %g /var/run/docker.sock); "
+    "elsewhere, point DOCKER_HOST at the engine"
+)
 
 
-def remove_orphan_containers() -> None:
-    """Containers of runs that died with their process: the runs were requeued, the containers go."""
+def service_policy(settings: Settings) -> RunnerPolicy:
+    """How `serve` chooses each run's runner: the container engine unless the operator said host."""
+    return RunnerPolicy(
+        mode=settings.runner,
+        host="trusted-code-only" if settings.allow_host_runner == "trusted-code-only" else "never",
+        default_image=settings.default_image,
+        redact=settings.service_secrets(),
+    )
+
+
+def check_engine_at_startup(settings: Settings) -> None:
+    """Say loudly what will go wrong before the first run does; remove containers of dead runs."""
+    if settings.runner == "host":
+        log.warning(
+            "host runner: pull requests by trusted authors and default-branch runs execute on this "
+            "machine without a container; other runs are refused"
+        )
+        return
     engine, client = check_engine()
     if client is None:
-        log.info("no container engine to clean up", where=engine.where, error=engine.error)
+        log.error("container engine unreachable", where=engine.where, error=engine.error, fix=ENGINE_FIX)
         return
     try:
         removed = remove_orphans(client)
@@ -66,6 +69,8 @@ def remove_orphan_containers() -> None:
         client.close()
     if removed:
         log.warning("orphaned containers removed", count=removed)
+    if settings.default_image is None:
+        log.info("no PARITYBOT_DEFAULT_IMAGE: runs of environments that name no image will fail, saying so")
 
 
 @dataclass
@@ -96,14 +101,13 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     requeued, failed = store.recover(settings.max_attempts)
     if requeued or failed:
         log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
-    if settings.runner != "host":
-        await asyncio.to_thread(remove_orphan_containers)
+    await asyncio.to_thread(check_engine_at_startup, settings)
     session = aiohttp.ClientSession()
     app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
     locks = PrLocks()
     executor = RunExecutor(
         store,
-        runner or runner_factory(settings.runner),
+        runner or runner_factory(service_policy(settings)),
         workspace_root=settings.workspace_root,
         cache_root=settings.cache_root,
         app=app,

@@ -11,10 +11,15 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.config import ConfigError, RepoConfig, parse_repo_config
 from bot.logs import configure_logging
 from bot.settings import SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from runner.base import RunnerFactory
+    from runner.select_runner import RunnerMode
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,9 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--head", default="HEAD", help="the commit to check (default: HEAD)")
     c.add_argument("--env", dest="environment", help="environment name from the config")
     c.add_argument(
-        "--config", type=Path, help=f"config file instead of the commit's {'.github/paritybot.yml'}"
+        "--config",
+        type=Path,
+        help="config file instead of the base's .github/paritybot.yml (the change's own edits to it "
+        "are not used, as on GitHub)",
     )
-    c.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    c.add_argument(
+        "--runner",
+        choices=["auto", "host", "docker"],
+        default="auto",
+        help="auto: the environment's image when a container engine answers, else this machine's "
+        "host (said before anything runs); docker: a container or nothing",
+    )
     c.add_argument("--image", help="run in this container image instead of the environment's")
     c.add_argument("--gpus", help="with --image: all, none, a count, or device ids (a,b)")
     c.add_argument("--pr-body", type=Path, help="a PR description (with collect_env output) to compare with")
@@ -111,8 +125,14 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_runners(mode: RunnerMode) -> RunnerFactory:
+    from bot.local_check import announcing, check_policy
+    from runner.select_runner import runner_factory
+
+    return announcing(runner_factory(check_policy(mode)))
+
+
 def _check(args: argparse.Namespace) -> int:
-    from bot.app import runner_factory
     from bot.local_check import CheckError, render_local, run_local_check
 
     configure_logging("console", "warning")
@@ -135,7 +155,7 @@ def _check(args: argparse.Namespace) -> int:
                 repo,
                 base=base,
                 head=head,
-                runner_factory=runner_factory(args.runner),
+                runner_factory=_local_runners(args.runner),
                 environment=args.environment,
                 config_file=args.config,
                 pr_body=pr_body,
@@ -146,7 +166,6 @@ def _check(args: argparse.Namespace) -> int:
     except CheckError as exc:
         print(f"paritybot: {exc}", file=sys.stderr)
         return 2
-    print(f"runner: {report.runner} ({report.runner_reason or 'as configured'})", file=sys.stderr)
     markdown, code = render_local(report)
     print(report.model_dump_json(indent=2) if args.json else markdown)
     if args.demo and code == 1:
@@ -157,7 +176,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _coverage_map(args: argparse.Namespace) -> int:
-    from bot.app import runner_factory
     from bot.local_check import CheckError, run_local_check
     from bot.models import RunKind, RunState
     from runner.selection import default_coverage_dir
@@ -169,7 +187,7 @@ def _coverage_map(args: argparse.Namespace) -> int:
                 args.repo,
                 base=None,
                 head=args.rev,
-                runner_factory=runner_factory(args.runner),
+                runner_factory=_local_runners(args.runner),
                 environment=args.environment,
                 kind=RunKind.BASELINE,
             )

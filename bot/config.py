@@ -20,30 +20,79 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The largest defaults a step container gets; below them, defaults follow the engine's machine
+# (see ResourceLimits), so a small host is never promised more than it has.
+MEMORY_DEFAULT_MAX = "16g"
+CPUS_DEFAULT_MAX = 8.0
+SHM_DEFAULT_MAX = "8g"
+TMPFS_DEFAULT_MAX = "4g"
+
+
 class ResourceLimits(_Strict):
-    memory: str = Field("16g", description="container memory limit (docker syntax: 512m, 16g)")
+    """Limits of each step's container. Unset sizes are derived from the container engine's
+    machine (``docker info``: MemTotal, NCPU), so the defaults fit any host."""
+
+    memory: str | None = Field(
+        None,
+        description="container memory limit, no swap on top (docker syntax: 512m, 16g); "
+        f"default: 3/4 of the engine's memory, at most {MEMORY_DEFAULT_MAX}",
+    )
     pids: int = Field(4096, ge=16, description="maximum number of processes in the container")
-    cpus: float = Field(8.0, gt=0, description="CPU quota, in CPUs")
-    shm_size: str = Field("8g", description="/dev/shm size; PyTorch data loaders need a large one")
-    tmpfs_size: str = Field("4g", description="size of the writable /tmp")
+    cpus: float | None = Field(
+        None,
+        gt=0,
+        description=f"CPU quota, in CPUs; default: the engine's CPUs, at most {CPUS_DEFAULT_MAX:g}; "
+        "a value above the engine's CPUs is lowered to them",
+    )
+    shm_size: str | None = Field(
+        None,
+        description="/dev/shm size; PyTorch data loaders need a large one; it counts against the "
+        f"memory limit; default: half the memory limit, at most {SHM_DEFAULT_MAX}",
+    )
+    tmpfs_size: str | None = Field(
+        None,
+        description="size of the writable /tmp; it counts against the memory limit; "
+        f"default: a quarter of the memory limit, at most {TMPFS_DEFAULT_MAX}",
+    )
     workspace_size: str = Field(
         "10g",
         description="most the run's workspace may hold: the checkout, the home directory and all "
-        "that steps write there; a step that goes past it is stopped and fails (docker syntax: 500m, 10g)",
+        "that steps write there; no file grows past it, and a step that goes past it is stopped "
+        "and fails (docker syntax: 500m, 10g)",
     )
 
 
 class StepNetwork(_Strict):
-    """Which steps may reach the network. Tests run offline by default."""
+    """Which steps may reach the network. Everything that runs the pull request's code is offline
+    unless the base branch's config says otherwise; only installing pre-commit's hook environments
+    (in a container that holds the pre-commit config and nothing else of the pull request) is online."""
 
-    precommit: bool = Field(True, description="pre-commit may need to install hook environments")
+    precommit_install: bool = Field(
+        True,
+        description="install pre-commit's hook environments from the hook repositories the config names; "
+        "this runs in its own container, which holds .pre-commit-config.yaml and no other file of the PR",
+    )
+    precommit: bool = Field(
+        False,
+        description="pre-commit's hooks may reach the network while they run (a `repo: local` hook is the "
+        "PR's own code)",
+    )
+    setup: bool = Field(
+        False,
+        description="the set-up commands may reach the network (`pip install -e .` runs the PR's setup.py); "
+        "bake the dependencies into the image instead where you can",
+    )
     tests: bool = False
     probe: bool = False
 
 
 class Environment(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
-    image: str | None = Field(None, description="container image CI uses; none = run on the runner's host")
+    image: str | None = Field(
+        None,
+        description="container image CI uses; none: the service's default image "
+        "(PARITYBOT_DEFAULT_IMAGE), else the run fails with 'no environment image configured'",
+    )
     gpus: Literal["all", "none"] | int | list[str] = Field(
         "all", description="'all', 'none', a count, or a list of device ids"
     )
@@ -178,7 +227,8 @@ class TrustSettings(_Strict):
 class RepoConfig(_Strict):
     environments: list[Environment] = Field(
         default_factory=lambda: [Environment(name="default", default=True)],
-        description="where runs happen; the default names no image, so it runs on the runner's host",
+        description="where runs happen; the default names no image, so it runs in the service's "
+        "default image (PARITYBOT_DEFAULT_IMAGE) or not at all",
     )
     checks: ChecksToggle = Field(default_factory=ChecksToggle)
     tests: TestSettings = Field(default_factory=TestSettings)

@@ -1,8 +1,10 @@
 """`paritybot check`: the PR pipeline on a local git checkout, no GitHub needed.
 
 It runs exactly what the App runs for a PR — the same workspace preparation from a clean clone
-of the commit, the same runner choice, the same checks — and prints the markdown the PR comment
-would carry. Uncommitted changes are not part of a commit, so they are not checked (we say so).
+of the commit, the config of the PR's base, the same checks — and prints the markdown the PR
+comment would carry. Uncommitted changes are not part of a commit, so they are not checked (we say
+so). Unlike `serve`, it may run the code on this machine's host (it is the user's own checkout),
+and says so before anything runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from bot.config import (
 from bot.models import RunKind, RunReport, RunRequest
 from bot.report import Stage, Verdict, render_comment, verdict
 from runner import gitdiff
-from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+from runner.base import Runner, RunnerError, RunnerFactory, RunnerRequest
+from runner.pipeline import Pipeline, PipelineDeps
+from runner.select_runner import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
 from runner.selection import default_coverage_dir
 
 
@@ -53,18 +57,80 @@ def default_base(repo: Path) -> str:
     return "HEAD~1"
 
 
-def load_local_config(repo: Path, head_sha: str, config_file: Path | None) -> RepoConfig:
-    if config_file is not None:
-        try:
-            return parse_repo_config(config_file.read_text(), str(config_file))
-        except OSError as exc:
-            raise CheckError(f"{config_file}: {exc.strerror}") from None
+def config_commit(repo: Path, head_sha: str, base_sha: str | None) -> str:
+    """The commit whose config rules a check: the merge base of head with the base, as the App
+    reads the base branch's, so a change cannot raise its own limits or turn the network on.
+
+    Without a base (a coverage map of a commit) it is the commit itself; without a merge base
+    (unrelated histories), the base commit.
+    """
+    if base_sha is None:
+        return head_sha
     try:
-        # From git's objects: a link committed in its place is refused, never followed.
-        text = gitdiff.read_file(repo, head_sha, CONFIG_PATH)
+        return _git(repo, "merge-base", head_sha, base_sha)
+    except CheckError:
+        return base_sha
+
+
+def _config_text(repo: Path, sha: str) -> str | None:
+    """The config at ``sha``, from git's objects: a link committed in its place is refused."""
+    try:
+        return gitdiff.read_file(repo, sha, CONFIG_PATH)
     except gitdiff.UnsafeFileError as exc:
         raise CheckError(str(exc)) from None
-    return parse_repo_config(text)
+
+
+def load_local_config(
+    repo: Path, head_sha: str, config_file: Path | None, base_sha: str | None = None
+) -> tuple[RepoConfig, str]:
+    """The config and a line saying where it came from (printed, so nobody wonders which applied)."""
+    if config_file is not None:
+        try:
+            given = config_file.read_text()
+        except OSError as exc:
+            raise CheckError(f"{config_file}: {exc.strerror}") from None
+        return parse_repo_config(given, str(config_file)), f"config: {config_file} (--config)"
+    sha = config_commit(repo, head_sha, base_sha)
+    text = _config_text(repo, sha)
+    where = (
+        f"config: {CONFIG_PATH} of {sha[:12]}"
+        if text is not None
+        else f"config: defaults ({sha[:12]} has no {CONFIG_PATH})"
+    )
+    if sha != head_sha and gitdiff.read_files(repo, head_sha, [CONFIG_PATH])[CONFIG_PATH] != text:
+        where += (
+            f"; the change's own edits to {CONFIG_PATH} are not used, as on GitHub "
+            "(--config FILE uses a file of yours)"
+        )
+    return parse_repo_config(text), where
+
+
+def check_policy(mode: RunnerMode) -> RunnerPolicy:
+    """`check` runs the user's own checkout: the host is allowed, but never silently."""
+    return RunnerPolicy(mode=mode, host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
+
+
+def announcing(factory: RunnerFactory) -> RunnerFactory:
+    """Say where the code runs before any of it does; the host most plainly of all."""
+
+    async def make(request: RunnerRequest) -> Runner:
+        try:
+            runner = await factory(request)
+        except RunnerError as exc:
+            print(f"runner: none: {exc}", file=sys.stderr)
+            raise
+        info = runner.info
+        if info.kind == "host":
+            print(
+                f"runner: host: the checked code runs on this machine, as you, without a container "
+                f"({info.reason}); --runner docker requires a container",
+                file=sys.stderr,
+            )
+        else:
+            print(f"runner: {info.kind} ({info.reason})", file=sys.stderr)
+        return runner
+
+    return make
 
 
 async def run_local_check(
@@ -96,9 +162,10 @@ async def run_local_check(
     if _git(repo, "status", "--porcelain", "--untracked-files=no"):
         print("note: uncommitted changes are not checked; commit them to include them", file=sys.stderr)
     try:
-        config = load_local_config(repo, head_sha, config_file)
+        config, config_source = load_local_config(repo, head_sha, config_file, base_sha)
     except ConfigError as exc:
         raise CheckError(str(exc)) from None
+    print(config_source, file=sys.stderr)
     env = config.environment(environment) if environment else config.default_environment()
     if env is None:
         names = ", ".join(e.name for e in config.environments)

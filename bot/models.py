@@ -249,6 +249,16 @@ class RunRequest(Model):
     trigger: str = Field("", description="what caused the run, for the report")
     comment_id: int | None = Field(None, description="the /retest-gpu comment, for its reaction")
     config: RepoConfig | None = Field(None, description="the repo config read when the run was asked for")
+    author_trusted: bool = Field(
+        False,
+        description="the PR's author is trusted by the config's rules; false when the run was "
+        "allowed only by a maintainer's approval of the commit",
+    )
+
+    @property
+    def code_trusted(self) -> bool:
+        """Whether the code is the project's own: a trusted author's PR, or the default branch."""
+        return self.kind == RunKind.BASELINE or self.author_trusted
 
 
 class RunReport(Model):
@@ -263,10 +273,17 @@ class RunReport(Model):
     image_ref: str | None = Field(
         None, description="how repro commands name the image: repo@sha256:… or the image id"
     )
-    runner: str = "host"
+    runner: str = Field("", description="host or docker; empty when no runner was started")
     runner_reason: str = ""
+    networked_steps: list[str] = Field(
+        default_factory=list,
+        description="steps that ran the pull request's code with network, as the base branch's config allowed",
+    )
     state: RunState = RunState.RUNNING
     error: str | None = Field(None, description="why the run itself broke, if it did")
+    refused: bool = Field(
+        False, description="no runner was allowed to take the run (``error`` says why): a setting to fix"
+    )
     probe: EnvFacts | None = None
     precommit: PrecommitResult | None = None
     docstrings: DocstringResult | None = None

@@ -498,7 +498,7 @@ def _verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
     if report.state in _STOPPED and stage != Stage.CANCELLED:  # the heading says it already
         bits.append("⏹️ cancelled")
     elif report.error:
-        bits.append("💥 the run broke")
+        bits.append("⛔ not run" if report.refused else "💥 the run broke")
     if report.tests is not None:
         bits += _tests_bits(report.tests)
     if report.precommit is not None:
@@ -551,11 +551,15 @@ def _check_bit(name: str, status: CheckStatus, findings: list[Finding]) -> list[
 def _about_line(report: RunReport, check_run_url: str | None) -> str:
     where = f"as of commit {md.code(_short_sha(report.head_sha))}"
     image = _short_image(report)
-    if report.runner == "host" or image is None:
+    if report.runner == "host":
         reason = f": {md.prose(report.runner_reason)}" if report.runner_reason else ""
         where += f" on the runner's host (environment {md.code(report.environment)}{reason})"
-    else:
+    elif image is not None:
         where += f" in image {md.code(image)} (environment {md.code(report.environment)})"
+    else:
+        where += f" (environment {md.code(report.environment)}, no runner started)"
+    if report.networked_steps:
+        where += f" · network allowed for {md.prose(', '.join(report.networked_steps))}"
     took = _duration(report)
     if took:
         where += f" · took {took}"
@@ -578,6 +582,12 @@ def _not_run_line(report: RunReport) -> str:
 def _run_error_block(report: RunReport) -> str:
     assert report.error is not None
     text = limits.truncate(report.error.strip(), limits.COMMENT_RUN_ERROR_CHARS)
+    if report.refused:
+        return (
+            "**⛔ Not run:** nothing of this change ran, for the reason below. It names a setting "
+            f"to change, not a fault of your change; `{COMMAND}` tries again once it is changed.\n\n"
+            + md.fence(text, "text")
+        )
     checked = any(c is not None for c in (report.precommit, report.docstrings, report.tests))
     consequence = "so the results below are incomplete" if checked else "before any check ran"
     return (
@@ -1089,7 +1099,8 @@ def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome
             return _Outcome("in_progress", None, in_progress_title(kind.value))
         if report.error:
             # A required check must not pass when the run broke before it.
-            return _Outcome("completed", "failure", "Did not run: the run broke")
+            why = _one_line(report.error) if report.refused else "the run broke"
+            return _Outcome("completed", "failure", f"Did not run: {why}")
         return _Outcome("completed", "neutral", "Did not run")
     status = getattr(result, "status", None)
     message = getattr(result, "message", "")

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+KEY_LINE_MIN_LEN = 16
+
 
 class SettingsError(Exception):
     """A setting is missing or invalid; the message names it in one line."""
@@ -31,8 +33,18 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = Field(None, description="the webhook secret set on the App")
     github_api_url: str = Field("https://api.github.com", description="REST API base URL (GHES: …/api/v3)")
     database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH")
-    runner: Literal["auto", "host", "docker"] = Field(
-        "auto", description="auto: the container engine when reachable, else the host"
+    runner: Literal["docker", "host"] = Field(
+        "docker",
+        description="docker: every run in a container of its environment's image, never on the host; "
+        "host: trusted code on this machine, only with PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only",
+    )
+    allow_host_runner: Literal["trusted-code-only"] | None = Field(
+        None,
+        description="with runner=host: runs of PRs by trusted authors and of the default branch "
+        "run on this machine, without a container; any other run is refused",
+    )
+    default_image: str | None = Field(
+        None, description="the image of environments that name none; unset: such runs fail, saying so"
     )
     host: str = Field("0.0.0.0", description="bind address of `serve`")
     port: int = Field(8080, ge=1, le=65535)
@@ -49,6 +61,23 @@ class Settings(BaseSettings):
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _no_auto(cls, v: object) -> object:
+        if v == "auto":
+            raise ValueError(
+                "'auto' is no longer accepted: it ran pull requests on this machine whenever the "
+                "engine was unreachable; use docker (the default), or host with "
+                "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only"
+            )
+        return v
+
+    @field_validator("allow_host_runner", "default_image", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        # Compose passes `${X:-}` as an empty string for a setting left out of .env.
+        return None if v == "" else v
 
     @field_validator("database_url")
     @classmethod
@@ -94,6 +123,26 @@ class Settings(BaseSettings):
         if "PRIVATE KEY" not in key:
             raise SettingsError("PARITYBOT_PRIVATE_KEY: not a PEM private key")
         self.sqlite_path  # noqa: B018 - raises for unsupported database URLs
+        if self.runner == "host" and self.allow_host_runner != "trusted-code-only":
+            raise SettingsError(
+                "PARITYBOT_RUNNER=host: refusing to start without "
+                "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only (the host runner gives the code it "
+                "runs this machine's files, network and the service's rights)"
+            )
+
+    def service_secrets(self) -> tuple[str, ...]:
+        """Values no run's output may show: the webhook secret, the private key and its lines."""
+        secrets = [self.webhook_secret.get_secret_value()] if self.webhook_secret else []
+        try:
+            key = self.private_key_text()
+        except SettingsError:
+            key = ""
+        if key.strip():
+            # A key printed in pieces is still a key: each of its lines is a secret too (a short
+            # last line is left out, so ordinary text is not blanked out).
+            lines = (line.strip() for line in key.splitlines() if "-----" not in line)
+            secrets += [key.strip(), *(line for line in lines if len(line) >= KEY_LINE_MIN_LEN)]
+        return tuple(s for s in secrets if s)
 
 
 def load_settings(env_file: Path | None = None, **overrides: Any) -> Settings:

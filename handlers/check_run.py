@@ -31,6 +31,9 @@ async def rerun_requested(event: sansio.Event, ctx: HandlerContext) -> None:
             continue  # an outdated commit: rerunning it would report on code no longer in the PR
         request = request_from_pr(pull, ctx.installation_id, trigger="check run re-run")
         config = await load_config(ctx, repo, request.pr_number, pull["base"]["ref"])
-        if config is None or not await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull)):
+        if config is None:
             continue
-        await start_runs(ctx, request, config, trigger_key=f"rerequest-{event.delivery_id}")
+        allowed = await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull))
+        if allowed is None:
+            continue
+        await start_runs(ctx, allowed, config, trigger_key=f"rerequest-{event.delivery_id}")

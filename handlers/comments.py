@@ -87,6 +87,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         pull, ctx.installation_id, scope=command.scope, trigger=f"/retest-gpu by @{commenter.login}"
     )
     request.comment_id = comment_id
+    request.author_trusted = decision.author_trusted
     if command.scope == RunScope.FAILED:
         request.only_tests = await _failed_last_time(ctx, repo, number)
         if not request.only_tests:

@@ -23,9 +23,10 @@ async def pr_has_new_code(event: sansio.Event, ctx: HandlerContext) -> None:
     config = await load_config(ctx, request.repo, request.pr_number, pull["base"]["ref"])
     if config is None:
         return
-    if not await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull)):
+    allowed = await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull))
+    if allowed is None:
         return
-    await start_runs(ctx, request, config, trigger_key=f"push-{request.head_sha}")
+    await start_runs(ctx, allowed, config, trigger_key=f"push-{request.head_sha}")
 
 
 @router.register("pull_request", action="closed")

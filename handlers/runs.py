@@ -85,15 +85,20 @@ async def start_runs(
     return await ctx.scheduler.schedule(ctx.reporter, request, config, choice.environments, trigger_key)
 
 
-async def gate_untrusted(ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts) -> bool:
-    """True when the PR may run now; otherwise the summary says a maintainer must approve."""
+async def gate_untrusted(
+    ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts
+) -> RunRequest | None:
+    """The request to run, marked with whether its author is trusted; None when it must wait.
+
+    When it waits, the summary and the check runs say that a maintainer must approve the commit.
+    """
     assert ctx.gh is not None and request.pr_number is not None
     approvals = await approvals_of(ctx, request.repo, request.pr_number)
     lookup = needs_lookup(config.trust, pr.author_login, pr.author_association, is_bot=pr.author_is_bot)
     facts = await lookup_user_facts(ctx.gh, request.repo, lookup)
     decision = decide_pr_run(config.trust, pr, approvals, facts)
     if decision.run:
-        return True
+        return request.model_copy(update={"author_trusted": decision.author_trusted})
     log.info("run waits for approval", reason=decision.reason)
     # The older commit's runs must not go on once an untrusted author pushes new code.
     await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
@@ -106,4 +111,4 @@ async def gate_untrusted(ctx: HandlerContext, config: RepoConfig, request: RunRe
         for env in choose_environments(config, request.base_ref, request.labels).environments:
             outputs = render_awaiting_approval_output(env.name, reason=note)
             await ctx.reporter.create_check_runs(request.repo, request.head_sha, outputs)
-    return False
+    return None

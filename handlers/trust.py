@@ -135,6 +135,11 @@ class TrustDecision(Model):
     needs_approval: bool = Field(False, description="the PR's head commit waits for a maintainer's approval")
     approve_sha: str | None = Field(None, description="record this head SHA as approved by the commenter")
     ignored: bool = Field(False, description="a bot's comment: do nothing and say nothing")
+    author_trusted: bool = Field(
+        False,
+        description="the PR's author is trusted (not merely this commit approved); only such code "
+        "may run on a host runner",
+    )
 
 
 # --- Payload parsing --------------------------------------------------------------------------------
@@ -271,7 +276,7 @@ def decide_pr_run(
     approvals = list(approvals)
     why = _author_trust(settings, pr, facts)
     if why is not None:
-        return TrustDecision(run=True, reason=f"@{pr.author_login} {why}.")
+        return TrustDecision(run=True, reason=f"@{pr.author_login} {why}.", author_trusted=True)
     approval = _approval_of(approvals, pr.head_sha)
     if approval is not None:
         return TrustDecision(
@@ -305,7 +310,7 @@ def decide_comment(
     why = trusted_because(settings, commenter.login, commenter.association, facts)
     if why is not None:
         if author_trusted:
-            return TrustDecision(run=True, reason=f"@{commenter.login} {why}.")
+            return TrustDecision(run=True, reason=f"@{commenter.login} {why}.", author_trusted=True)
         return TrustDecision(
             run=True,
             approve_sha=pr.head_sha,
@@ -315,7 +320,9 @@ def decide_comment(
     if is_author:
         if head_runnable:
             return TrustDecision(
-                run=True, reason=f"Commit `{_short(pr.head_sha)}` is approved for the GPU machines."
+                run=True,
+                reason=f"Commit `{_short(pr.head_sha)}` is approved for the GPU machines.",
+                author_trusted=author_trusted,
             )
         return TrustDecision(run=False, needs_approval=True, reason=_waiting_reason(settings, pr, approvals))
     return TrustDecision(

@@ -7,15 +7,36 @@ backend ran them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bot.config import Environment
 
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
 # The most of one collected file the bot reads unless a step sets its own cap (see runner.collect).
 COLLECT_MAX_BYTES = 64_000_000
+SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
+
+
+class ToolStore(BaseModel):
+    """A directory kept across runs for a tool's installed environments (pre-commit's hooks).
+
+    ``key`` names what the store was built from (a digest of those inputs), so runs whose inputs
+    differ never share one. Only a scratch step, which sees nothing of the run, may write it: every
+    step that runs a pull request's code gets it read-only, so one pull request cannot change what
+    another one runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    env: str = Field(description="the variable that receives the store's path, e.g. PRE_COMMIT_HOME")
+    writable: bool = False
 
 
 class Step(BaseModel):
@@ -31,8 +52,9 @@ class Step(BaseModel):
     scratch: bool = Field(
         False,
         description="run in a new empty directory outside the workspace instead of the workspace: "
-        "for steps that must not see the pull request's files (the probe); workdir, inject and "
-        "collect are then relative to that directory",
+        "for steps that must not see the pull request's files (the probe, installing pre-commit's "
+        "hook environments); nothing of the run is reachable from it, and workdir, inject and "
+        "collect are relative to that directory",
     )
     workdir: str = Field(".", description="relative to the workspace root")
     inject: dict[str, str] = Field(
@@ -48,6 +70,15 @@ class Step(BaseModel):
         gt=0,
         description="a collected file larger than this is not read; StepResult.refused says so",
     )
+    store: ToolStore | None = None
+
+    @model_validator(mode="after")
+    def _store_written_only_from_scratch(self) -> Step:
+        if self.store is not None and self.store.writable and not self.scratch:
+            raise ValueError(
+                "a step that sees the workspace gets a store read-only; only a scratch step writes it"
+            )
+        return self
 
 
 class StepResult(BaseModel):
@@ -104,9 +135,8 @@ class RunnerInfo(BaseModel):
     image_ref: str | None = Field(None, description="how a repro command names the image")
     gpus: str | None = Field(None, description="the --gpus value a repro command needs")
     env: dict[str, str] = Field(default_factory=dict)
-    precommit_cache: str | None = Field(
-        None, description="where hook environments persist across runs, as the steps see the path"
-    )
+    memory: str | None = Field(None, description="the step containers' memory limit (docker syntax)")
+    shm_size: str | None = Field(None, description="the step containers' /dev/shm size (docker syntax)")
 
 
 class Runner(Protocol):
@@ -128,6 +158,33 @@ class Runner(Protocol):
 
 class RunnerError(Exception):
     """The runner could not do its job (image missing, no GPU runtime); the message says why."""
+
+
+class RunRefused(RunnerError):
+    """No runner may take this run (no engine, no image, the host refused); the message says why."""
+
+
+@dataclass(frozen=True)
+class RunnerRequest:
+    """What a runner factory is told about the run it serves."""
+
+    environment: Environment
+    run_id: str
+    trusted_code: bool = False
+    """The code's author is trusted (a PR by a trusted author, or the default branch's own code);
+    never true for a commit run because a maintainer approved it. Only such code may use the host."""
+    redact: tuple[str, ...] = ()
+    """Values (the run's installation token) never to show in output, beside the service's own."""
+
+
+RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
+    for secret in sorted({s for s in secrets if len(s) >= SECRET_MIN_LEN}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def cap_output(text: str, limit: int = 200_000) -> str:

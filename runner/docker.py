@@ -10,13 +10,18 @@ What a run gets, and why:
   to step, while the host's checkout is never written. The copy is made with the Docker API
   (``put_archive``), so it works with a remote engine and with a runner that itself runs in a
   container. The volume is removed when the run closes, or at the next start-up if the runner
-  died (:func:`remove_orphans`).
+  died (:func:`remove_orphans`). A scratch step (``Step.scratch``) gets a new volume of its own
+  instead, mounted at the same place: its directory and home, and nothing of the run.
 * Hardening by default: a non-root user (``environment.user``, else ``1000:1000``, which needs no
   entry in the image's ``/etc/passwd``), every capability dropped, ``no-new-privileges``, a
   read-only root file system, a size-limited ``/tmp`` tmpfs, memory (without swap), process, CPU
   and ``/dev/shm`` limits, and no network unless the step asks for it.
-* pre-commit's hook environments and pip's cache live in named volumes keyed by the image digest
-  and the user id, so they survive runs but an image never sees another image's environments.
+* A step that asks for a store (pre-commit's hook environments) gets a named volume keyed by the
+  store's key, the image digest and the user id, so it survives runs but is never shared by runs
+  whose inputs differ. It is mounted writable only into a scratch step (the one that installs the
+  environments from the config alone) and read-only everywhere else, so a pull
+  request's code cannot change the environments another run uses. There is no shared pip cache: a
+  step's pip caches in the run's own home directory, which goes with the run.
 * Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets;
   the engine keeps no log of it.
 * The run volume is kept under ``limits.workspace_size`` by a watchdog beside the steps
@@ -36,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +51,26 @@ import requests
 import structlog
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Ulimit
+from docker.utils import parse_bytes
 
-from bot.config import Environment
-from runner.base import COLLECT_MAX_BYTES, RunnerError, RunnerInfo, Step, StepResult
+from bot.config import (
+    CPUS_DEFAULT_MAX,
+    MEMORY_DEFAULT_MAX,
+    SHM_DEFAULT_MAX,
+    TMPFS_DEFAULT_MAX,
+    Environment,
+    ResourceLimits,
+)
+from runner.base import (
+    COLLECT_MAX_BYTES,
+    SECRET_MIN_LEN,
+    RunnerError,
+    RunnerInfo,
+    Step,
+    StepResult,
+    ToolStore,
+    redact,
+)
 from runner.collect import CollectRefused, check_archive_stat, collect_files, read_archive_file
 from runner.workspace_watch import WorkspaceWatch
 
@@ -55,18 +78,19 @@ log = structlog.get_logger(__name__)
 
 LABEL_MANAGED = "paritybot.managed"
 LABEL_RUN_ID = "paritybot.run-id"
-# step, watch (the workspace watcher beside a step), workspace (per-run volume) or cache (kept across runs)
+# step, watch (the workspace watcher beside the steps), workspace (per-run volume) or store (kept across runs)
 LABEL_ROLE = "paritybot.role"
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
-SCRATCH_ROOT = "scratch"  # in the run volume: one new directory per scratch step
+# A scratch step gets a new volume of its own at RUN_MOUNT, never the run's: its directory and home
+# sit where a workspace step's would, but nothing of the run (the workspace, the home) is there.
+SCRATCH_PATH = f"{RUN_MOUNT}/scratch"
 HOME_DIR = f"{RUN_MOUNT}/home"
-PRECOMMIT_MOUNT = "/paritybot-cache/pre-commit"
-PIP_MOUNT = "/paritybot-cache/pip"
+STORE_MOUNT = "/paritybot-store"
 # A fresh volume's root belongs to root; the data lives one level down, in a directory the
 # runner creates with the step user's ownership.
-CACHE_SUBDIR = "data"
+STORE_SUBDIR = "data"
 DEFAULT_USER = "1000:1000"
 NVIDIA_HINT = (
     "the container engine has no NVIDIA runtime: install the NVIDIA Container Toolkit "
@@ -81,7 +105,6 @@ _GPU_ERRORS = (
 # json-file log would grow on the engine's disk as fast as the step prints (70 MB/s measured).
 NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
 _ARCHIVE_CHUNK = 1 << 20  # how much of a collected file's archive is read at a time
-_SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 OnOutput = Callable[[str], None]
 
 
@@ -101,6 +124,64 @@ def device_requests(gpus: str | int | list[str]) -> list[DeviceRequest]:
     raise ValueError(f"gpus must be 'all', 'none', a count or a list of device ids, not {gpus!r}")
 
 
+@dataclass(frozen=True)
+class EffectiveLimits:
+    """The limits a step container gets, sizes in bytes."""
+
+    memory: int
+    shm: int
+    tmpfs: int
+    cpus: float
+    pids: int
+
+
+def effective_limits(limits: ResourceLimits, engine_memory: int, engine_cpus: int) -> EffectiveLimits:
+    """The configured limits, with unset ones derived from the engine's machine.
+
+    The rule, said in the config schema too: memory = min(16g, 3/4 of the engine's memory);
+    shm = min(8g, memory / 2); tmpfs = min(4g, memory / 4); cpus = min(8, the engine's CPUs), and
+    a configured CPU count above the engine's is lowered to it (Docker refuses more). An engine
+    that reports no memory or CPU count (0) gets the maximums. Raises ValueError on a bad size.
+    """
+    if limits.memory is not None:
+        memory = _size(limits.memory, "memory")
+    else:
+        memory = _size(MEMORY_DEFAULT_MAX, "memory")
+        if engine_memory > 0:
+            memory = min(memory, _round_down_mib(engine_memory * 3 // 4))
+    if limits.shm_size is not None:
+        shm = _size(limits.shm_size, "shm_size")
+    else:
+        shm = min(_size(SHM_DEFAULT_MAX, "shm_size"), _round_down_mib(memory // 2))
+    if limits.tmpfs_size is not None:
+        tmpfs = _size(limits.tmpfs_size, "tmpfs_size")
+    else:
+        tmpfs = min(_size(TMPFS_DEFAULT_MAX, "tmpfs_size"), _round_down_mib(memory // 4))
+    cpus = limits.cpus if limits.cpus is not None else CPUS_DEFAULT_MAX
+    if engine_cpus > 0:
+        cpus = min(cpus, float(engine_cpus))
+    return EffectiveLimits(memory=memory, shm=shm, tmpfs=tmpfs, cpus=cpus, pids=limits.pids)
+
+
+def _size(value: str, key: str) -> int:
+    try:
+        return int(parse_bytes(value))
+    except docker.errors.DockerException as exc:
+        raise ValueError(f"limits.{key} = {value!r}: {exc}") from None
+
+
+def _round_down_mib(n: int) -> int:
+    return max(n >> 20, 1) << 20
+
+
+def human_size(n: int) -> str:
+    """Bytes in Docker's size syntax, as short as it stays exact: 8g, 768m, 1536k, 1000."""
+    for suffix, shift in (("g", 30), ("m", 20), ("k", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return str(n)
+
+
 def gpus_flag(gpus: str | int | list[str]) -> str | None:
     """The ``docker run --gpus`` value asking for the same GPUs; None when no GPU is requested."""
     if not device_requests(gpus):
@@ -111,21 +192,14 @@ def gpus_flag(gpus: str | int | list[str]) -> str | None:
     return str(gpus)
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
-    for secret in sorted({s for s in secrets if len(s) >= _SECRET_MIN_LEN}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
 def _edge_redact(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
     """Hide a secret cut in two by the output cap: its start ends the head, its end starts the tail."""
-    for secret in (s for s in secrets if len(s) >= _SECRET_MIN_LEN):
-        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+    for secret in (s for s in secrets if len(s) >= SECRET_MIN_LEN):
+        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
             if head.endswith(secret[:n]):
                 head = head[: len(head) - n] + "***"
                 break
-        for n in range(len(secret) - 1, _SECRET_MIN_LEN - 1, -1):
+        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
             if tail.startswith(secret[-n:]):
                 tail = "***" + tail[n:]
                 break
@@ -240,9 +314,10 @@ def _repository(image_name: str) -> str:
     return name
 
 
-def cache_volume_name(kind: str, image_digest: str, uid: int) -> str:
+def store_volume_name(key: str, image_digest: str, uid: int) -> str:
+    """One volume per (store key, image, user): environments built elsewhere are never mixed in."""
     digest = image_digest.split(":", 1)[-1][:16]
-    return f"paritybot-cache-{kind}-{digest}-u{uid}"
+    return f"paritybot-store-{key}-{digest}-u{uid}"
 
 
 def _safe_name(text: str) -> str:
@@ -329,7 +404,6 @@ class DockerRunner:
         reason: str = "",
         output_limit: int = 200_000,
         on_output: OnOutput | None = None,
-        cache_volumes: bool = True,
         owns_client: bool | None = None,
     ):
         if not environment.image:
@@ -342,14 +416,12 @@ class DockerRunner:
         self._secrets = [s for s in (redact or []) if s]
         self._output_limit = output_limit
         self._on_output = on_output
-        self._cache_volumes = cache_volumes
         self._info = RunnerInfo(
             kind="docker",
             reason=reason,
             image=environment.image,
             gpus=gpus_flag(environment.gpus),
             env=dict(environment.env),
-            precommit_cache=f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}" if cache_volumes else None,
         )
         self._image_id: str | None = None
         self._uid_gid: tuple[int, int] | None = None
@@ -358,6 +430,7 @@ class DockerRunner:
         self._watch: WorkspaceWatch | None = None
         self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
         self._volumes_ready = False
+        self._stores_ready: set[str] = set()
         self._copied: Path | None = None
         self._current: Container | None = None
         self._cancelled = False
@@ -441,34 +514,34 @@ class DockerRunner:
             container.remove(force=True)
 
     def _limits(self) -> dict[str, Any]:
-        limits = self.environment.limits
-        # Asking for more CPUs than the engine has is an error in Docker; cap it to what exists.
-        ncpu = int(self.client.info().get("NCPU") or 0)
-        cpus = min(limits.cpus, ncpu) if ncpu else limits.cpus
-        if cpus < limits.cpus:
-            log.info("cpu limit capped to the engine's CPUs", asked=limits.cpus, cpus=cpus)
-        tmpfs_opts = f"rw,exec,nosuid,nodev,size={limits.tmpfs_size},mode=1777"
-        config = {
+        info = self.client.info()
+        try:
+            limits = effective_limits(
+                self.environment.limits, int(info.get("MemTotal") or 0), int(info.get("NCPU") or 0)
+            )
+        except ValueError as exc:
+            raise RunnerError(f"environment {self.environment.name}: bad size in {exc}") from None
+        self._info.memory = human_size(limits.memory)
+        self._info.shm_size = human_size(limits.shm)
+        log.info(
+            "container limits",
+            memory=self._info.memory,
+            shm=self._info.shm_size,
+            tmpfs=human_size(limits.tmpfs),
+            cpus=limits.cpus,
+        )
+        return {
             "mem_limit": limits.memory,
             "memswap_limit": limits.memory,  # the same value: no swap on top of the memory limit
             "pids_limit": limits.pids,
-            "nano_cpus": int(cpus * 1e9),
-            "shm_size": limits.shm_size,
-            "tmpfs": {"/tmp": tmpfs_opts},
+            "nano_cpus": int(limits.cpus * 1e9),
+            "shm_size": limits.shm,
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmpfs},mode=1777"},
             "read_only": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "device_requests": device_requests(self.environment.gpus),
         }
-        try:
-            from docker.utils import parse_bytes
-
-            for key in ("mem_limit", "shm_size"):
-                parse_bytes(config[key])
-            parse_bytes(limits.tmpfs_size)
-        except docker.errors.DockerException as exc:
-            raise RunnerError(f"environment {self.environment.name}: bad size in limits: {exc}") from None
-        return config
 
     # --- run -----------------------------------------------------------------------------------
 
@@ -493,36 +566,36 @@ class DockerRunner:
             raise RunnerError(f"{step.name}: container engine error: {_api_error_text(exc)}") from None
 
     def _create(self, step: Step, workspace: Path) -> Container:
-        self._ensure_volumes()
+        name = f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}"
+        if step.scratch:
+            mounts = {self._scratch_volume(name): {"bind": RUN_MOUNT, "mode": "rw"}}
+        else:
+            self._ensure_volumes()
+            mounts = self._mounts()
         env = {
             "HOME": HOME_DIR,
             "USER": "paritybot",
             "LOGNAME": "paritybot",
             "TMPDIR": "/tmp",
-            **(
-                {
-                    "PRE_COMMIT_HOME": f"{PRECOMMIT_MOUNT}/{CACHE_SUBDIR}",
-                    "PIP_CACHE_DIR": f"{PIP_MOUNT}/{CACHE_SUBDIR}",
-                }
-                if self._cache_volumes
-                else {}
-            ),
             **self._info.env,
             **step.env,
         }
-        root = WORKSPACE_DIR if not step.scratch else f"{RUN_MOUNT}/{SCRATCH_ROOT}/{os.urandom(6).hex()}"
+        if step.store is not None:
+            mounts |= self._store_mount(step.store)
+            env[step.store.env] = f"{STORE_MOUNT}/{STORE_SUBDIR}"
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
         workdir = f"{root}/{_safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
         try:
             container = self.client.containers.create(
                 self._image_id,
                 step.argv,
-                name=f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}",
+                name=name,
                 user=self._user,
                 environment=env,
                 working_dir=workdir,
                 labels=self._labels("step", step=step.name),
                 network_mode="bridge" if step.network else "none",
-                volumes=self._mounts(),
+                volumes=mounts,
                 stdin_open=False,
                 tty=False,
                 log_config=NO_ENGINE_LOG,
@@ -570,8 +643,7 @@ class DockerRunner:
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
 
     def _fill_scratch(self, container: Container, step: Step, root: str) -> None:
-        """A scratch step gets a new directory with its injected files, and no copy of the workspace:
-        it may run before the pull request's files are in the volume at all."""
+        """A scratch step gets its injected files in its own volume; the workspace is never there."""
         uid, gid = self._uid_gid or (0, 0)
         top = root.removeprefix(f"{RUN_MOUNT}/")
         files = {f"{top}/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
@@ -580,29 +652,41 @@ class DockerRunner:
     def _ensure_volumes(self) -> None:
         if self._volumes_ready:
             return
-        uid, gid = self._uid_gid or (0, 0)
         self._get_or_create_volume(self._run_volume, self._labels("workspace"))
-        if self._cache_volumes:
-            for kind in ("pre-commit", "pip"):
-                name = self._cache_name(kind)
-                volume = self._get_or_create_volume(name, {LABEL_MANAGED: "1", LABEL_ROLE: "cache"})
-                del volume
-            # The cache data directories must belong to the step user; a never-started container
-            # with the volumes mounted lets the engine create them with that owner.
-            holder = self.client.containers.create(
-                self._image_id,
-                ["true"],
-                labels=self._labels("step"),
-                volumes=self._mounts(),
-                network_mode="none",
-            )
-            try:
-                data = files_archive([CACHE_SUBDIR], {}, uid, gid)
-                holder.put_archive(PRECOMMIT_MOUNT, data)
-                holder.put_archive(PIP_MOUNT, data)
-            finally:
-                _remove_container(holder)
         self._volumes_ready = True
+
+    def _scratch_volume(self, container_name: str) -> str:
+        """A new, empty volume for one scratch step; removed with the run's volumes."""
+        name = f"{container_name}-scratch"
+        self.client.volumes.create(name, labels=self._labels("workspace"))
+        return name
+
+    def _store_mount(self, store: ToolStore) -> dict[str, dict[str, str]]:
+        """The store's volume, writable only for a step that sees no workspace (see Step)."""
+        uid = (self._uid_gid or (0, 0))[0]
+        name = store_volume_name(store.key, self._info.image_digest or self._image_id or "", uid)
+        if name not in self._stores_ready:
+            self._ensure_store(name)
+            self._stores_ready.add(name)
+        return {name: {"bind": STORE_MOUNT, "mode": "rw" if store.writable else "ro"}}
+
+    def _ensure_store(self, name: str) -> None:
+        self._get_or_create_volume(name, {LABEL_MANAGED: "1", LABEL_ROLE: "store"})
+        # The data directory must belong to the step user; a never-started container with the
+        # volume mounted lets the engine create it with that owner. Done by every run that uses
+        # the store, so a run never sees a volume another run has created but not yet prepared.
+        holder = self.client.containers.create(
+            self._image_id,
+            ["true"],
+            labels=self._labels("step"),
+            volumes={name: {"bind": STORE_MOUNT, "mode": "rw"}},
+            network_mode="none",
+        )
+        try:
+            uid, gid = self._uid_gid or (0, 0)
+            holder.put_archive(STORE_MOUNT, files_archive([STORE_SUBDIR], {}, uid, gid))
+        finally:
+            _remove_container(holder)
 
     def _get_or_create_volume(self, name: str, labels: dict[str, str]) -> Any:
         try:
@@ -610,16 +694,8 @@ class DockerRunner:
         except docker.errors.NotFound:
             return self.client.volumes.create(name, labels=labels)
 
-    def _cache_name(self, kind: str) -> str:
-        uid = (self._uid_gid or (0, 0))[0]
-        return cache_volume_name(kind, self._info.image_digest or self._image_id or "", uid)
-
     def _mounts(self) -> dict[str, dict[str, str]]:
-        mounts = {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
-        if self._cache_volumes:
-            mounts[self._cache_name("pre-commit")] = {"bind": PRECOMMIT_MOUNT, "mode": "rw"}
-            mounts[self._cache_name("pip")] = {"bind": PIP_MOUNT, "mode": "rw"}
-        return mounts
+        return {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
 
     def _labels(self, role: str, **extra: str) -> dict[str, str]:
         return {LABEL_MANAGED: "1", LABEL_RUN_ID: self.run_id, LABEL_ROLE: role} | {
@@ -627,28 +703,42 @@ class DockerRunner:
         }
 
     async def _run_watched(self, step: Step, container: Container, started: float) -> StepResult:
-        """The step under the workspace's watchdog (:mod:`runner.workspace_watch`)."""
-        if self._watch is None:
-            self._watch = WorkspaceWatch(
-                self.client,
-                self._image_id or "",
-                self._run_volume,
-                self._workspace_limit,
-                self.environment.limits.workspace_size,
-                self._labels("watch"),
-            )
-            await asyncio.to_thread(self._watch.start)
-        refused = self._watch.step_started(lambda: _kill(container))
-        if refused is not None:
-            raise RunnerError(f"{step.name}: {refused}")
+        """The step under the workspace's watchdog (:mod:`runner.workspace_watch`): the run's watcher,
+        or for a scratch step one of its own over the volumes it may write."""
+        if step.scratch:
+            watch = await asyncio.to_thread(self._start_watch, _writable_volumes(container))
+        else:
+            if self._watch is None:
+                self._watch = await asyncio.to_thread(self._start_watch, [self._run_volume])
+            watch = self._watch
         try:
-            result = await self._run_created(step, container, started)
+            refused = watch.step_started(lambda: _kill(container))
+            if refused is not None:
+                raise RunnerError(f"{step.name}: {refused}")
+            try:
+                result = await self._run_created(step, container, started)
+            finally:
+                stopped_by = await asyncio.to_thread(watch.step_ended)
         finally:
-            stopped_by = await asyncio.to_thread(self._watch.step_ended)
+            if watch is not self._watch:
+                await asyncio.to_thread(watch.close)
         if stopped_by is None:
             return result
         note = f"\n[paritybot] stopped: {stopped_by}\n"
         return result.model_copy(update={"stopped_by_limit": stopped_by, "output": result.output + note})
+
+    def _start_watch(self, volumes: list[str]) -> WorkspaceWatch:
+        limits = self.environment.limits
+        watch = WorkspaceWatch(
+            self.client,
+            self._image_id or "",
+            volumes,
+            self._workspace_limit,
+            limits.workspace_size,
+            self._labels("watch"),
+        )
+        watch.start()
+        return watch
 
     async def _run_created(self, step: Step, container: Container, started: float) -> StepResult:
         buffer = OutputBuffer(self._output_limit)
@@ -681,10 +771,11 @@ class DockerRunner:
         state = (await asyncio.to_thread(_inspect_state, container)) or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
-        collected, refused = await asyncio.to_thread(self._collect, container, step)
+        root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
+        collected, refused = await asyncio.to_thread(self._collect, container, step, root)
         output = buffer.text(self._secrets)
         if oom:
-            output += f"\n[paritybot] killed: out of memory (limit {self.environment.limits.memory})\n"
+            output += f"\n[paritybot] killed: out of memory (limit {self._info.memory})\n"
         elif timed_out:
             output += f"\n[paritybot] killed: still running after {step.timeout_s:g} s\n"
         duration = time.monotonic() - started
@@ -723,12 +814,12 @@ class DockerRunner:
         code = result.get("StatusCode")
         return code if isinstance(code, int) else None
 
-    def _collect(self, container: Container, step: Step) -> tuple[dict[str, str], dict[str, str]]:
-        """The step's ``collect`` files, each read only up to its cap (see :mod:`runner.collect`)."""
+    def _collect(self, container: Container, step: Step, root: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The step's ``collect`` files under ``root``, each read only up to its cap (:mod:`runner.collect`)."""
 
         def read_one(rel: str) -> str | None:
             try:
-                path = f"{WORKSPACE_DIR}/{_safe_relative(rel)}"
+                path = f"{root}/{_safe_relative(rel)}"
                 text = _read_container_file(container, path, step.collect_max_bytes)
             except (docker.errors.NotFound, RunnerError):
                 return None
@@ -759,13 +850,21 @@ class DockerRunner:
             await asyncio.to_thread(self._client.close)
 
     def _remove_run_volume(self) -> None:
-        # Containers of this run hold the volume; remove any left by a step that crashed midway.
+        # Containers of this run hold the volumes; remove any left by a step that crashed midway.
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
         ):
             _remove_container(container)
-        with contextlib.suppress(docker.errors.NotFound):
-            self.client.volumes.get(self._run_volume).remove(force=True)
+        # The workspace volume and every scratch step's volume.
+        for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                volume.remove(force=True)
+
+
+def _writable_volumes(container: Container) -> list[str]:
+    """The named volumes ``container`` mounts writable: what its step can fill."""
+    mounts = container.attrs.get("Mounts") or []
+    return [m["Name"] for m in mounts if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
 
 
 def workspace_limit(environment: Environment) -> int:
@@ -820,7 +919,7 @@ def remove_orphans(client: docker.DockerClient, live_run_ids: set[str] | None = 
     """Remove containers and per-run volumes left by runners that died; returns the container count.
 
     Call it at start-up, before taking jobs, with the ids of runs still in progress elsewhere
-    (none, for a single runner). Cache volumes are kept: they are meant to outlive runs.
+    (none, for a single runner). Store volumes are kept: they are meant to outlive runs.
     """
     live = live_run_ids or set()
     removed = 0

@@ -1,7 +1,14 @@
 """The host runner: each step is a subprocess on the runner's own machine, with a timeout.
 
-It is the fallback when no container engine is reachable, and what ``paritybot check`` uses on a
-laptop. It gives no isolation: use it only for trusted code or inside a disposable machine.
+It gives no isolation, so it is never a fallback: `serve` uses it only when the operator asks
+(``PARITYBOT_RUNNER=host`` with ``PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only``) and only for
+trusted code, and ``paritybot check`` on a developer's own checkout says when it runs here.
+
+What a step sees of this process's environment is an allow-list (:data:`PASSED_THROUGH`): the
+variables a shell and the tools need, never the service's settings, engine address or tokens.
+
+A step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
+``store_root`` (default: the user's cache directory), writable whatever the step asked.
 """
 
 from __future__ import annotations
@@ -17,14 +24,47 @@ from pathlib import Path
 
 import structlog
 
-from runner.base import RunnerInfo, Step, StepResult, cap_output
+from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output, redact
 from runner.collect import collect_files, read_host_file
 
 log = structlog.get_logger(__name__)
 
+# Variables of this process that steps inherit; everything else (PARITYBOT_*, DOCKER_HOST, tokens,
+# cloud credentials) stays out of reach of the code under test. Besides what a shell needs, the
+# GPUs and libraries the machine's operator chose for its runs; an environment's `env:` adds more.
+PASSED_THROUGH = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"),
+        *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    }
+)
+PASSED_THROUGH_PREFIXES = ("LC_",)
+
+
+def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The allow-listed part of ``environ``."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in PASSED_THROUGH or key.startswith(PASSED_THROUGH_PREFIXES)
+    }
+
+
+def default_store_root() -> Path:
+    """Where stores live on the host: the user's cache directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paritybot" / "stores"
+
 
 class HostRunner:
-    def __init__(self, reason: str = "", env: dict[str, str] | None = None, output_limit: int = 200_000):
+    def __init__(
+        self,
+        reason: str = "",
+        env: dict[str, str] | None = None,
+        output_limit: int = 200_000,
+        *,
+        redact: list[str] | tuple[str, ...] = (),
+        store_root: Path | None = None,
+    ):
         env = dict(env or {})
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
         # paritybot, even when its virtual environment is not activated.
@@ -33,6 +73,8 @@ class HostRunner:
         self._proc: asyncio.subprocess.Process | None = None
         self._cancelled = False
         self._output_limit = output_limit
+        self._secrets = [s for s in redact if s]
+        self._store_root = store_root or default_store_root()
 
     @property
     def info(self) -> RunnerInfo:
@@ -50,12 +92,19 @@ class HostRunner:
                 return await self._run_in(step, Path(scratch))
         return await self._run_in(step, workspace)
 
+    def _store_env(self, store: ToolStore | None) -> dict[str, str]:
+        if store is None:
+            return {}
+        path = self._store_root / store.key
+        path.mkdir(parents=True, exist_ok=True)
+        return {store.env: str(path)}
+
     async def _run_in(self, step: Step, workspace: Path) -> StepResult:
         for rel, text in step.inject.items():
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**os.environ, **self._info.env, **step.env}
+        env = {**minimal_environment(os.environ), **self._info.env, **step.env, **self._store_env(step.store)}
         started = time.monotonic()
         try:
             # A new session, so a timeout or cancel kills the whole process group, not just its leader.
@@ -88,9 +137,10 @@ class HostRunner:
         finally:
             self._proc = None
         duration = time.monotonic() - started
-        text = cap_output(out.decode("utf-8", "replace"), self._output_limit)
+        # Redacted before the cap, so no cut can leave half a secret behind.
+        text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
         collected, refused = collect_files(
-            step.collect, lambda rel: read_host_file(workspace, rel, step.collect_max_bytes)
+            step.collect, lambda rel: self._read_collected(workspace, rel, step.collect_max_bytes)
         )
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
@@ -103,6 +153,10 @@ class HostRunner:
             collected=collected,
             refused=refused,
         )
+
+    def _read_collected(self, workspace: Path, rel: str, limit: int) -> str | None:
+        text = read_host_file(workspace, rel, limit)
+        return None if text is None else redact(text, self._secrets)
 
     @staticmethod
     def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +22,7 @@ from bot.models import (
     CheckStatus,
     DocstringResult,
     EnvFacts,
+    HookStatus,
     PrecommitResult,
     RunKind,
     RunReport,
@@ -34,7 +35,7 @@ from bot.models import (
     TestsResult,
 )
 from handlers.rfc import collect_rfc_inputs, evaluate_rfc
-from runner.base import Runner, RunnerError, Step
+from runner.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
 from runner.coverage_map import (
     CoverageMap,
     CoverageMapError,
@@ -53,10 +54,13 @@ from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remov
 
 log = structlog.get_logger(__name__)
 
-RunnerFactory = Callable[[Environment, str], Awaitable[Runner]]
-
 # How far back from a PR's merge base to look for a coverage map (first-parent commits).
 MAP_SEARCH_DEPTH = 200
+OFFLINE_SETUP_HINT = (
+    "Set-up commands run without network: install the dependencies in the image (then e.g. "
+    "`pip install --no-build-isolation --no-deps -e .`), or let the base branch's config set "
+    "environments[].network.setup: true."
+)
 
 
 @dataclass
@@ -128,7 +132,14 @@ class Pipeline:
             )
             report.base_sha = workspace.base_sha or req.base_sha
             self._check_cancelled()
-            self._runner = await self.deps.runner_factory(self.environment, self.run_id)
+            self._runner = await self.deps.runner_factory(
+                RunnerRequest(
+                    self.environment,
+                    self.run_id,
+                    trusted_code=req.code_trusted,
+                    redact=(self.deps.token,) if self.deps.token else (),
+                )
+            )
             await self._runner.prepare()
             info = self._runner.info
             report.runner, report.runner_reason = info.kind, info.reason
@@ -155,6 +166,7 @@ class Pipeline:
             report.state = RunState.CANCELLED
         except (WorkspaceError, RunnerError) as exc:
             report.state, report.error = RunState.FAILED, str(exc)
+            report.refused = isinstance(exc, RunRefused)
         except Exception as exc:
             log.exception("run crashed")
             report.state, report.error = RunState.FAILED, f"internal error: {type(exc).__name__}: {exc}"
@@ -185,9 +197,11 @@ class Pipeline:
                 ws.head_sha,
                 env.name,
                 step_timeout,
-                env.network.precommit,
-                cache_root=self._runner.info.precommit_cache,
+                install_network=env.network.precommit_install,
+                hook_network=env.network.precommit,
             )
+            if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
+                report.networked_steps.append("pre-commit hooks")
         elif cfg.checks.precommit:
             report.precommit = PrecommitResult(
                 status=CheckStatus.ERROR, message="no base commit to diff against"
@@ -275,7 +289,7 @@ class Pipeline:
                 selection=selection,
                 message="no test can be affected by this change",
             )
-        setup = await self._setup(ws)
+        setup = await self._setup(report, ws)
         if setup is not None:
             return TestsResult(status=CheckStatus.ERROR, selection=selection, message=setup)
         info = self._runner.info
@@ -289,9 +303,11 @@ class Pipeline:
             pytest_args=list(self.config.tests.pytest_args),
             runner_kind=info.kind,
             setup=list(self.environment.setup),
-            docker_options=["--shm-size", self.environment.limits.shm_size] if info.kind == "docker" else [],
+            docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
+        if self.environment.network.tests:
+            report.networked_steps.append("tests")
         try:
             results = await run_tests(
                 self._runner,
@@ -313,22 +329,30 @@ class Pipeline:
         status = CheckStatus.FAILED if bad else CheckStatus.PASSED
         return TestsResult(status=status, selection=selection, results=results)
 
-    async def _setup(self, ws: Workspace) -> str | None:
-        """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails."""
+    async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
+        """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.
+
+        They run the pull request's code (its setup.py, its build backend), so they get the
+        network only when the base branch's config asks for it, and the report says so.
+        """
         assert self._runner is not None
+        network = self.environment.network.setup
+        if network and self.environment.setup:
+            report.networked_steps.append("set-up")
         for i, command in enumerate(self.environment.setup):
             step = Step(
                 name=f"setup-{i + 1}",
                 argv=["sh", "-c", command],
                 timeout_s=self.environment.step_timeout_minutes * 60,
-                network=True,
+                network=network,
                 env=dict(self.environment.env),
             )
             result = await self._runner.run(step, ws.path)
             self._check_cancelled()
             if not result.ok:
                 tail = "\n".join(result.output.strip().splitlines()[-15:])
-                return f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}"
+                hint = "" if network else f"\n{OFFLINE_SETUP_HINT}"
+                return f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}{hint}"
         return None
 
     # --- the default branch: the CI reference and the coverage map ----------------------------------
@@ -343,7 +367,7 @@ class Pipeline:
         report.probe = await self._probe(ws)
         if not self.config.tests.use_coverage_map:
             return
-        error = await self._setup(ws)
+        error = await self._setup(report, ws)
         if error is not None:
             report.error = error
             return

@@ -1,8 +1,16 @@
-"""Choose the backend for a run: the CI's container when an engine answers, else the host.
+"""Choose the backend for a run: the CI's container, the host only when asked for, never by accident.
 
-The decision itself (:func:`describe_choice`) is a pure function of the environment and of what
-the engine check found, so it is tested without an engine; :func:`choose_runner` does the I/O.
-The reason is kept as a sentence because it is shown in the run's report.
+The host runner gives the code under test this machine's files, network and rights, so it is
+never a fallback. `serve` runs code on the host only when its operator set
+``PARITYBOT_RUNNER=host`` with ``PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only``, and then only
+trusted code; otherwise every run goes to the container engine, and a run the engine cannot take
+(unreachable, or no image to run) fails with the reason. ``paritybot check`` on a developer's own
+checkout may use the host (``--runner auto`` without an engine or image, ``--runner host``) and
+says so; ``--runner docker`` never falls back either.
+
+The decision (:func:`describe_choice`) is a pure function of the policy, the run and what the
+engine check found, tested without an engine; :func:`choose_runner` does the I/O. The reason is a
+sentence because it is shown in the run's report.
 """
 
 from __future__ import annotations
@@ -11,13 +19,14 @@ import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import docker
 import docker.errors
 import structlog
 
 from bot.config import Environment
-from runner.base import Runner
+from runner.base import Runner, RunnerFactory, RunnerRequest, RunRefused
 from runner.docker import DockerRunner
 from runner.host import HostRunner
 
@@ -25,6 +34,14 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
 CONNECT_TIMEOUT_S = 5.0
+
+RunnerMode = Literal["auto", "docker", "host"]
+HostUse = Literal["never", "trusted-code-only", "any"]
+SERVICE_IMAGE_HINT = (
+    "set `image:` for it in .github/paritybot.yml on the default branch, "
+    "or PARITYBOT_DEFAULT_IMAGE in the service's settings"
+)
+CHECK_IMAGE_HINT = "set `image:` for it in .github/paritybot.yml, or pass --image IMAGE"
 
 
 @dataclass(frozen=True)
@@ -37,9 +54,27 @@ class EngineCheck:
 
 
 @dataclass(frozen=True)
+class RunnerPolicy:
+    """How runs get their runner: what the operator (`serve`) or the user (`check`) asked for."""
+
+    mode: RunnerMode
+    host: HostUse = "never"
+    """Which code may run on the host: `serve` allows none unless told "trusted-code-only";
+    `check` on the user's own machine allows any (the user chose what to check)."""
+    default_image: str | None = None
+    """The image of environments that name none (PARITYBOT_DEFAULT_IMAGE)."""
+    asked_by: str = "PARITYBOT_RUNNER"
+    """The setting or option that set ``mode``, named in reasons."""
+    image_hint: str = SERVICE_IMAGE_HINT
+    redact: tuple[str, ...] = ()
+    """The service's secrets, never shown in any run's output."""
+
+
+@dataclass(frozen=True)
 class RunnerChoice:
-    kind: str  # "docker" or "host"
+    kind: Literal["docker", "host", "refused"]
     reason: str
+    image: str | None = None
 
 
 def engine_location(env: Mapping[str, str]) -> str:
@@ -47,17 +82,65 @@ def engine_location(env: Mapping[str, str]) -> str:
     return env.get("DOCKER_HOST") or DEFAULT_ENGINE
 
 
-def describe_choice(environment: Environment, engine: EngineCheck | None) -> RunnerChoice:
-    """Which backend serves ``environment`` and why; ``engine`` is None when it was not checked."""
-    if not environment.image:
-        return RunnerChoice("host", f"environment {environment.name} has no image")
-    if engine is None:
-        return RunnerChoice("host", "the container engine was not checked")
-    if engine.reachable:
-        return RunnerChoice(
-            "docker", f"environment {environment.name} runs in {environment.image} (engine at {engine.where})"
+def image_of(policy: RunnerPolicy, environment: Environment) -> str | None:
+    return environment.image or policy.default_image
+
+
+def needs_engine(policy: RunnerPolicy, environment: Environment) -> bool:
+    """Whether the choice depends on the engine: a container is wanted and there is an image."""
+    return policy.mode != "host" and image_of(policy, environment) is not None
+
+
+def _host_allowed(policy: RunnerPolicy, request: RunnerRequest) -> bool:
+    return policy.host == "any" or (policy.host == "trusted-code-only" and request.trusted_code)
+
+
+def _host_refusal(policy: RunnerPolicy) -> str:
+    if policy.host == "never":
+        return (
+            f"{policy.asked_by}=host needs PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only, and even "
+            "then runs only trusted code on the host"
         )
-    return RunnerChoice("host", f"no container engine reachable at {engine.where} ({engine.error})")
+    return (
+        f"this service runs only trusted authors' code, on its host ({policy.asked_by}=host), and "
+        "the author of this code is not trusted; a maintainer's approval of a commit lets it run "
+        "in a container, never on the host"
+    )
+
+
+def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: EngineCheck | None) -> RunnerChoice:
+    """Which backend serves ``request`` and why; ``engine`` is None when it was not checked."""
+    environment = request.environment
+    if policy.mode == "host":
+        if not _host_allowed(policy, request):
+            return RunnerChoice("refused", _host_refusal(policy))
+        trusted = ", and the code's author is trusted" if policy.host == "trusted-code-only" else ""
+        # In backticks: the reason is shown in the report, where a setting's name is code.
+        return RunnerChoice("host", f"`{policy.asked_by}=host`{trusted}")
+    image = image_of(policy, environment)
+    if image is None:
+        if policy.mode == "auto" and _host_allowed(policy, request):
+            return RunnerChoice("host", f"environment {environment.name} names no image")
+        return RunnerChoice(
+            "refused",
+            f"no environment image configured: environment {environment.name} names no image "
+            f"({policy.image_hint}); nothing was run on the host instead",
+        )
+    if engine is None or not engine.reachable:
+        where = f"at {engine.where} ({engine.error})" if engine is not None else "(it was not checked)"
+        if policy.mode == "auto" and _host_allowed(policy, request):
+            return RunnerChoice("host", f"no container engine reachable {where}")
+        return RunnerChoice(
+            "refused", f"no container engine reachable {where}; nothing was run on the host instead"
+        )
+    source = (
+        f"in {image}"
+        if environment.image
+        else f"in the service's default image {image} (it names none; PARITYBOT_DEFAULT_IMAGE)"
+    )
+    return RunnerChoice(
+        "docker", f"environment {environment.name} runs {source} (engine at {engine.where})", image
+    )
 
 
 def check_engine(
@@ -84,20 +167,36 @@ def _short(exc: Exception) -> str:
 
 
 async def choose_runner(
-    environment: Environment,
-    run_id: str,
+    policy: RunnerPolicy,
+    request: RunnerRequest,
     *,
     env: Mapping[str, str] | None = None,
-    redact: list[str] | None = None,
     timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> Runner:
-    """The runner for one run: DockerRunner when the environment has an image and an engine answers."""
-    if not environment.image:
-        choice = describe_choice(environment, None)
-        return HostRunner(reason=choice.reason, env=environment.env)
-    engine, client = await asyncio.to_thread(check_engine, env, timeout_s)
-    choice = describe_choice(environment, engine)
-    log.info("runner chosen", run_id=run_id, kind=choice.kind, reason=choice.reason)
-    if client is None:
-        return HostRunner(reason=choice.reason, env=environment.env)
-    return DockerRunner(environment, run_id, client, redact=redact, reason=choice.reason, owns_client=True)
+    """The runner for one run; raises RunRefused, with the reason, when the policy refuses it."""
+    engine, client = None, None
+    if needs_engine(policy, request.environment):
+        engine, client = await asyncio.to_thread(check_engine, env, timeout_s)
+    choice = describe_choice(policy, request, engine)
+    secrets = (*policy.redact, *request.redact)
+    if choice.kind == "refused":
+        log.info("run refused", run_id=request.run_id, reason=choice.reason)
+        if client is not None:
+            client.close()
+        raise RunRefused(choice.reason)
+    log.info("runner chosen", run_id=request.run_id, kind=choice.kind, reason=choice.reason)
+    if choice.kind == "host":
+        return HostRunner(reason=choice.reason, env=request.environment.env, redact=secrets)
+    environment = request.environment.model_copy(update={"image": choice.image})
+    return DockerRunner(
+        environment, request.run_id, client, redact=list(secrets), reason=choice.reason, owns_client=True
+    )
+
+
+def runner_factory(policy: RunnerPolicy) -> RunnerFactory:
+    """The runner factory of `serve` or `check`: every run chosen by ``policy``."""
+
+    async def make(request: RunnerRequest) -> Runner:
+        return await choose_runner(policy, request)
+
+    return make

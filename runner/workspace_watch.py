@@ -1,14 +1,16 @@
-"""The workspace's size limit: a watchdog that stops a step once the run volume outgrows it.
+"""The workspace's size limit: a watchdog that stops a step once the volumes it writes outgrow it.
 
 A run's steps write into one Docker volume (the copy of the checkout, the home directory, the
-reports); left alone, a pull request can fill the engine's disk through it. Docker offers no size
+reports), a scratch step into a volume of its own and perhaps a tool's store; left alone, a pull
+request can fill the engine's disk through them. Docker offers no size
 for such a volume that works everywhere: the local driver's ``size`` option needs the engine's
 data root on XFS with project quotas (elsewhere it refuses: "quota size requested but no quota
 support"), and a tmpfs volume loses its contents when the last container using it stops (steps
 are separate containers) and holds them in memory. So a watchdog keeps the limit:
 
 * beside the run's steps runs one watcher container of the same image, with the run volume
-  mounted read-only, that prints ``du -skx`` of it every :data:`WATCH_INTERVAL_S` seconds. It is
+  mounted read-only, that prints ``du -skxc`` of it every :data:`WATCH_INTERVAL_S` seconds (a
+  scratch step gets a watcher of its own, over every volume it may write). It is
   root with only ``CAP_DAC_READ_SEARCH`` (so a directory a step made unreadable is still
   counted), no network, a read-only root, small memory and process limits and a quarter of one
   CPU; a step cannot signal it (another PID namespace). ``du`` counts allocated blocks, so a
@@ -43,13 +45,14 @@ log = structlog.get_logger(__name__)
 WATCH_INTERVAL_S = 1
 # The reading asked for when a step ends may take a while on a large tree.
 FINAL_READING_TIMEOUT_S = 30.0
-WATCH_MOUNT = "/paritybot-watch"
+WATCH_MOUNT = "/paritybot-watch"  # the watched volumes are mounted below it: 0, 1, …
 _FINAL = b"final"
 # USR1 interrupts the sleep; the trap takes a reading marked as the one asked for. A reading in
 # progress when the signal comes finishes first, so the marked one starts after the signal.
+_DU = f"du -skxc {WATCH_MOUNT}/* | tail -n 1"  # the last line: the volumes' total
 _SCRIPT = (
-    f'trap "printf {_FINAL.decode()}; du -skx {WATCH_MOUNT}" USR1; trap "exit 0" TERM; '
-    f"while :; do du -skx {WATCH_MOUNT}; sleep {WATCH_INTERVAL_S} & wait $!; done"
+    f'trap "printf {_FINAL.decode()}; {_DU}" USR1; trap "exit 0" TERM; '
+    f"while :; do {_DU}; sleep {WATCH_INTERVAL_S} & wait $!; done"
 )
 _LIMITS: dict[str, Any] = {
     "user": "0:0",
@@ -75,20 +78,21 @@ def over_limit_message(limit_text: str, used: int) -> str:
 
 
 class WorkspaceWatch:
-    """Watches one run's volume while its steps run; see the module docstring."""
+    """Watches the volumes steps write (the run's, or a scratch step's); see the module docstring."""
 
     def __init__(
         self,
         client: docker.DockerClient,
         image_id: str,
-        volume: str,
+        volumes: list[str],
         limit: int,
         limit_text: str,
         labels: dict[str, str],
     ):
         self._client = client
         self._image_id = image_id
-        self._volume = volume
+        self._volumes = volumes
+        self._volume = volumes[0]  # names the watcher and its log lines
         self._limit = limit
         self._limit_text = limit_text
         self._labels = labels
@@ -110,7 +114,9 @@ class WorkspaceWatch:
             entrypoint=["sh", "-c", _SCRIPT],
             command=[],
             labels=self._labels,
-            volumes={self._volume: {"bind": WATCH_MOUNT, "mode": "ro"}},
+            volumes={
+                name: {"bind": f"{WATCH_MOUNT}/{i}", "mode": "ro"} for i, name in enumerate(self._volumes)
+            },
             **_LIMITS,
         )
         self._container = container

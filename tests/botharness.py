@@ -1,8 +1,9 @@
 """The real bot, in-process, wired to the fake GitHub and a real local git remote.
 
 `BotHarness` starts what `paritybot serve` starts (delivery log, dispatcher, workers, web app on a
-real loopback port), with the host runner using this interpreter's tools. Tests send GitHub's
-real payloads over HTTP and read the results from the fake GitHub.
+real loopback port), with the host runner using this interpreter's tools (or, with
+``service_runner=True``, the runner choice `serve` itself makes from its settings). Tests send
+GitHub's real payloads over HTTP and read the results from the fake GitHub.
 """
 
 from __future__ import annotations
@@ -24,20 +25,18 @@ from fakegithub import FakeGitHub
 from sample_repo import SampleRepo, make_sample_repo, tool_env
 
 from bot.app import Service, build_service, start_service
-from bot.config import Environment
 from bot.models import RunState
 from bot.settings import Settings
-from runner.base import Runner, RunnerInfo, Step, StepResult
+from runner.base import Runner, RunnerFactory, RunnerInfo, RunnerRequest, Step, StepResult
 from runner.host import HostRunner
-from runner.pipeline import RunnerFactory
 
 SECRET = "webhook-secret-for-tests"
 REPO = "octo-org/calc"
 
 
 def host_runner_factory() -> RunnerFactory:
-    async def make(environment: Environment, run_id: str) -> Runner:
-        return HostRunner(reason="tests use the host runner", env={**tool_env(), **environment.env})
+    async def make(request: RunnerRequest) -> Runner:
+        return HostRunner(reason="tests use the host runner", env={**tool_env(), **request.environment.env})
 
     return make
 
@@ -52,8 +51,8 @@ class Gate:
     def factory(self) -> RunnerFactory:
         host = host_runner_factory()
 
-        async def make(environment: Environment, run_id: str) -> Runner:
-            runner = await host(environment, run_id)
+        async def make(request: RunnerRequest) -> Runner:
+            runner = await host(request)
             if self._left is not None:
                 if self._left == 0:
                     return runner
@@ -100,26 +99,39 @@ class BotHarness:
     tmp: Path
     sample: SampleRepo
     clone_url: str
-    runner: RunnerFactory = field(default_factory=host_runner_factory)
+    runner: RunnerFactory | None = field(default_factory=host_runner_factory)
+    """None: the runner choice of `serve` itself, from the settings."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Settings that differ from :meth:`settings`' defaults."""
     service: Service | None = None
     server: TestServer | None = None
     session: aiohttp.ClientSession | None = None
 
     @classmethod
-    async def create(cls, fake: FakeGitHub, tmp: Path, runner: RunnerFactory | None = None) -> BotHarness:
+    async def create(
+        cls,
+        fake: FakeGitHub,
+        tmp: Path,
+        runner: RunnerFactory | None = None,
+        *,
+        service_runner: bool = False,
+        settings: dict[str, Any] | None = None,
+    ) -> BotHarness:
         sample = make_sample_repo(tmp)
         bare = tmp / "remote.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(sample.path), str(bare)], check=True)
-        harness = cls(fake=fake, tmp=tmp, sample=sample, clone_url=bare.as_uri())
+        harness = cls(fake=fake, tmp=tmp, sample=sample, clone_url=bare.as_uri(), overrides=settings or {})
         if runner is not None:
             harness.runner = runner
+        if service_runner:
+            harness.runner = None
         fake.add_repo(REPO, installation_id=1, clone_url=harness.clone_url)
         harness.seed_pull(sample.head_sha)
         await harness.start()
         return harness
 
     def settings(self) -> Settings:
-        return Settings(
+        values: dict[str, Any] = dict(
             app_id=self.fake.app_id,
             private_key=self.fake.private_key_pem,
             webhook_secret=SECRET,
@@ -128,8 +140,10 @@ class BotHarness:
             workspace_root=self.tmp / "workspaces",
             cache_root=self.tmp / "cache",
             runner="host",
+            allow_host_runner="trusted-code-only",
             workers=1,
         )
+        return Settings(**(values | self.overrides))
 
     async def start(self) -> None:
         self.service = await build_service(self.settings(), runner=self.runner)

@@ -445,7 +445,7 @@ def failing_run() -> RunReport:
 
 
 def host_run() -> RunReport:
-    """No container engine: the tests ran on the runner's own machine; pre-commit not configured."""
+    """The operator runs trusted authors' code on the host; pre-commit not configured."""
     selection = Selection(
         tests=[
             SelectedTest(nodeid=f"tests/test_conv.py::test_shapes[{n}]", reasons=["edited by this PR"])
@@ -460,7 +460,7 @@ def host_run() -> RunReport:
         image_digest=None,
         image_ref=None,
         runner="host",
-        runner_reason="no container engine reachable",
+        runner_reason="`PARITYBOT_RUNNER=host`, and the code's author is trusted",
         precommit=PrecommitResult(
             status=CheckStatus.NOT_CONFIGURED, message="no .pre-commit-config.yaml in the repository"
         ),
@@ -492,6 +492,27 @@ def run_error() -> RunReport:
             '"https://ghcr.io/v2/acme/fastconv-ci/manifests/cuda12.1-py3.11": denied: denied'
         ),
         finished_at=datetime(2024, 6, 3, 14, 2, 40, tzinfo=UTC),
+    )
+
+
+def refused_run() -> RunReport:
+    """The repository names no image and the service has no default one: nothing ran anywhere."""
+    return _base(
+        state=RunState.FAILED,
+        environment="default",
+        image=None,
+        image_digest=None,
+        image_ref=None,
+        runner="",
+        runner_reason="",
+        probe=None,
+        refused=True,
+        error=(
+            "no environment image configured: environment default names no image (set `image:` for "
+            "it in .github/paritybot.yml on the default branch, or PARITYBOT_DEFAULT_IMAGE in the "
+            "service's settings); nothing was run on the host instead"
+        ),
+        finished_at=datetime(2024, 6, 3, 14, 2, 12, tzinfo=UTC),
     )
 
 

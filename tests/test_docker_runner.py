@@ -26,18 +26,21 @@ from docker_support import (
     workspace,
 )
 
-from bot.config import Environment
-from runner.base import RunnerError, Step
+from bot.config import Environment, ResourceLimits
+from runner.base import RunnerError, Step, ToolStore
 from runner.docker import (
     DockerRunner,
+    EffectiveLimits,
     OutputBuffer,
-    cache_volume_name,
     device_requests,
+    effective_limits,
     gpus_flag,
+    human_size,
     parse_user,
     pick_repo_digest,
     redact,
     remove_orphans,
+    store_volume_name,
     workspace_limit,
 )
 
@@ -102,11 +105,18 @@ def test_repo_digest_prefers_the_configured_repository():
     assert pick_repo_digest("local/image:dev", []) is None
 
 
-def test_cache_volumes_differ_per_image_and_user():
-    a = cache_volume_name("pip", "sha256:" + "a" * 64, 1000)
-    assert a != cache_volume_name("pip", "sha256:" + "b" * 64, 1000)
-    assert a != cache_volume_name("pip", "sha256:" + "a" * 64, 0)
-    assert a != cache_volume_name("pre-commit", "sha256:" + "a" * 64, 1000)
+def test_store_volumes_differ_per_key_image_and_user():
+    a = store_volume_name("pc-1", "sha256:" + "a" * 64, 1000)
+    assert a != store_volume_name("pc-1", "sha256:" + "b" * 64, 1000)
+    assert a != store_volume_name("pc-1", "sha256:" + "a" * 64, 0)
+    assert a != store_volume_name("pc-2", "sha256:" + "a" * 64, 1000)
+
+
+def test_only_a_scratch_step_may_write_a_store():
+    store = ToolStore(key="pc-1", env="PRE_COMMIT_HOME", writable=True)
+    with pytest.raises(ValueError, match="gets a store read-only"):
+        Step(name="hook", argv=["true"], store=store)
+    assert Step(name="install", argv=["true"], scratch=True, store=store).store == store
 
 
 def test_output_buffer_keeps_head_and_tail_and_hides_a_secret_cut_in_two():
@@ -139,6 +149,57 @@ def test_the_workspace_limit_is_a_docker_size_or_a_clear_error():
     ) == (500 << 20)
     with pytest.raises(RunnerError, match=r"environment ci: bad limits.workspace_size"):
         workspace_limit(Environment.model_validate({"name": "ci", "limits": {"workspace_size": "lots"}}))
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("configured", "engine_memory", "engine_cpus", "expected"),
+    [
+        # A big machine: the maximums.
+        ({}, 256 * GIB, 64, EffectiveLimits(16 * GIB, 8 * GIB, 4 * GIB, 8.0, 4096)),
+        # A 8 GiB laptop engine: 3/4 of its memory, half of that for /dev/shm, a quarter for /tmp.
+        ({}, 8 * GIB, 4, EffectiveLimits(6 * GIB, 3 * GIB, 1536 << 20, 4.0, 4096)),
+        # What the repository sets wins; shm and /tmp follow its memory; too many CPUs are lowered.
+        (
+            {"memory": "4g", "cpus": 32},
+            256 * GIB,
+            16,
+            EffectiveLimits(4 * GIB, 2 * GIB, 1 * GIB, 16.0, 4096),
+        ),
+        (
+            {"memory": "2g", "shm_size": "64m", "tmpfs_size": "1g", "cpus": 1.5, "pids": 100},
+            8 * GIB,
+            4,
+            EffectiveLimits(2 * GIB, 64 << 20, 1 * GIB, 1.5, 100),
+        ),
+        # An engine that reports nothing: the maximums.
+        ({}, 0, 0, EffectiveLimits(16 * GIB, 8 * GIB, 4 * GIB, 8.0, 4096)),
+    ],
+)
+def test_limits_default_to_a_share_of_the_engine_s_machine(configured, engine_memory, engine_cpus, expected):
+    limits = ResourceLimits.model_validate(configured)
+    assert effective_limits(limits, engine_memory, engine_cpus) == expected
+
+
+def test_a_bad_size_is_named():
+    with pytest.raises(ValueError, match=r"limits\.memory = 'lots'"):
+        effective_limits(ResourceLimits(memory="lots"), 8 * GIB, 4)
+
+
+def test_sizes_are_shown_in_docker_syntax():
+    assert [human_size(n) for n in (8 * GIB, 1536 << 20, 3 << 10, 1000)] == ["8g", "1536m", "3k", "1000"]
+
+
+def test_the_config_schema_documents_the_rule():
+    from bot.config import RepoConfig
+
+    limits = RepoConfig.model_json_schema()["$defs"]["ResourceLimits"]["properties"]
+    assert "3/4 of the engine's memory, at most 16g" in limits["memory"]["description"]
+    assert "the engine's CPUs, at most 8" in limits["cpus"]["description"]
+    assert "half the memory limit, at most 8g" in limits["shm_size"]["description"]
+    assert "a quarter of the memory limit, at most 4g" in limits["tmpfs_size"]["description"]
 
 
 def test_an_environment_without_image_cannot_use_the_container_runner():
@@ -202,10 +263,39 @@ async def test_missing_image_that_cannot_be_pulled_is_a_clear_error(docker_clien
 
 
 @pytest.mark.docker
+async def test_default_limits_follow_the_engine_s_machine(docker_client, test_image, workspace):
+    """No limits configured: the container's cgroup and mounts carry the sizes the rule gives for
+    this engine's memory and CPUs."""
+    info = docker_client.info()
+    expected = effective_limits(ResourceLimits(), int(info["MemTotal"]), int(info["NCPU"]))
+    env = Environment(name="ci", image=test_image, gpus="none")
+    runner = DockerRunner(env, f"t-{uuid.uuid4().hex[:12]}", docker_client)
+    try:
+        cg = "/sys/fs/cgroup"
+        script = (  # cgroup v2 files, else v1's
+            f"cat {cg}/memory.max 2>/dev/null || cat {cg}/memory/memory.limit_in_bytes; "
+            f"cat {cg}/cpu.max 2>/dev/null || echo $(cat {cg}/cpu/cpu.cfs_quota_us {cg}/cpu/cpu.cfs_period_us); "
+            "df -k /dev/shm /tmp | tail -n 2"
+        )
+        result = await runner.run(sh("limits", script), workspace)
+    finally:
+        await runner.close()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert int(lines[0]) == expected.memory
+    quota, period = lines[1].split()
+    assert int(quota) / int(period) == expected.cpus
+    shm_kb, tmp_kb = (int(line.split()[1]) for line in lines[2:4])
+    assert (shm_kb * 1024, tmp_kb * 1024) == (expected.shm, expected.tmpfs)
+    assert runner.info.memory == human_size(expected.memory)
+    assert runner.info.shm_size == human_size(expected.shm)
+
+
+@pytest.mark.docker
 async def test_only_steps_that_ask_get_a_network(make_runner, workspace):
     runner = make_runner()
     offline = await runner.run(sh("tests", "ls /sys/class/net"), workspace)
-    online = await runner.run(sh("pre-commit", "ls /sys/class/net", network=True), workspace)
+    online = await runner.run(sh("setup", "ls /sys/class/net", network=True), workspace)
     assert offline.output.split() == ["lo"]
     assert "eth0" in online.output.split()
 
@@ -337,15 +427,36 @@ async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_clie
 
 
 @pytest.mark.docker
-async def test_tool_caches_survive_runs_of_the_same_image(make_runner, workspace):
+async def test_a_store_is_filled_from_scratch_and_read_only_beside_the_workspace(
+    make_runner, workspace, docker_client
+):
+    key = f"t-{uuid.uuid4().hex[:12]}"
+    writer = ToolStore(key=key, env="STORE", writable=True)
+    reader = ToolStore(key=key, env="STORE")
     first = make_runner()
-    marker = f"cached-{uuid.uuid4().hex[:8]}"
-    wrote = await first.run(sh("warm", f"touch $PRE_COMMIT_HOME/{marker} $PIP_CACHE_DIR/{marker}"), workspace)
+    # The workspace is in the run's volume now; a scratch step still sees none of it, nor the home.
+    copied = await first.run(sh("copy", "echo left-in-home > $HOME/note; ls"), workspace)
+    assert "README.md" in copied.output.split()
+    wrote = await first.run(
+        Step(
+            name="fill",
+            argv=["sh", "-c", "ls -A . $HOME /paritybot; touch $STORE/env"],
+            scratch=True,
+            store=writer,
+        ),
+        workspace,
+    )
     assert wrote.exit_code == 0, wrote.output
+    assert "README.md" not in wrote.output and "note" not in wrote.output and "workspace" not in wrote.output
     await first.close()
     second = make_runner()
-    seen = await second.run(sh("reuse", "ls $PRE_COMMIT_HOME $PIP_CACHE_DIR"), workspace)
-    assert seen.output.split().count(marker) == 2
+    seen = await second.run(sh("use", "ls $STORE; touch $STORE/other", store=reader), workspace)
+    assert "env" in seen.output.split()
+    assert seen.exit_code != 0 and "Read-only file system" in seen.output
+    await second.close()
+    for volume in docker_client.volumes.list(filters={"label": "paritybot.role=store"}):
+        if key in volume.name:
+            volume.remove(force=True)
 
 
 @pytest.mark.docker

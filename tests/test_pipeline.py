@@ -8,6 +8,7 @@ from gitrepo import GitRepo
 
 from bot.config import Environment, RepoConfig
 from bot.models import RunRequest
+from runner.base import RunnerRequest
 from runner.coverage_map import CoverageMap, CoverageMapStore
 from runner.host import HostRunner
 from runner.pipeline import Pipeline, PipelineDeps
@@ -15,7 +16,7 @@ from runner.workspace import Workspace
 
 
 def pipeline(tmp_path: Path) -> Pipeline:
-    async def host(environment: Environment, run_id: str) -> HostRunner:
+    async def host(request: RunnerRequest) -> HostRunner:
         return HostRunner()
 
     deps = PipelineDeps(runner_factory=host, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")
@@ -56,7 +57,7 @@ async def test_a_run_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) 
     demo = make_demo_repo(tmp_path)
     slow_setup = Environment(name="default", timeout_minutes=0.02, setup=["sleep 30"])  # 1.2 s
 
-    async def host(environment: Environment, run_id: str) -> HostRunner:
+    async def host(request: RunnerRequest) -> HostRunner:
         return HostRunner()
 
     deps = PipelineDeps(runner_factory=host, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")

@@ -106,6 +106,10 @@ CASES: dict[str, Case] = {
         render_comment(samples.run_error(), stage=Stage.DONE, check_run_url=RUN_URL),
         _checks_markdown(render_check_runs(samples.run_error())),
     ),
+    "not_run": lambda: (
+        render_comment(samples.refused_run(), stage=Stage.DONE, check_run_url=RUN_URL),
+        _checks_markdown(render_check_runs(samples.refused_run())),
+    ),
     "whole_suite_timeout": lambda: (
         render_comment(samples.whole_suite_timeout(), stage=Stage.DONE, check_run_url=RUN_URL),
         _checks_markdown(render_check_runs(samples.whole_suite_timeout())),
@@ -221,10 +225,27 @@ def test_failures_come_first_and_carry_copy_pasteable_repro() -> None:
 
 def test_host_run_says_so_and_names_no_image() -> None:
     body = render_comment(samples.host_run(), stage=Stage.DONE)
-    assert "on the runner's host (environment `host`: no container engine reachable)" in body
+    assert (
+        "on the runner's host (environment `host`: `PARITYBOT_RUNNER=host`, and the code's author is trusted)"
+        in body
+    )
     assert "sha256" not in body
     not_run = "Not run: pre-commit (no .pre-commit-config.yaml in the repository) · docstrings (disabled"
     assert not_run in body
+
+
+def test_a_refused_run_says_nothing_ran_and_why_in_the_comment_and_every_check_run() -> None:
+    report = samples.refused_run()
+    body = render_comment(report, stage=Stage.DONE)
+    assert "### ⛔ Not run" in body and "no runner started" in body
+    assert "on the runner's host" not in body and "machine's fault" not in body
+    assert "PARITYBOT_DEFAULT_IMAGE" in body
+    outputs = render_check_runs(report)
+    for out in outputs:
+        assert "PARITYBOT_DEFAULT_IMAGE" in out.summary
+        if out.kind != CheckKind.PARITY:  # parity is information, never a failure
+            assert out.conclusion == "failure"  # a required check must not pass
+            assert out.title.startswith("Did not run: no environment image configured")
 
 
 def test_missing_contributor_environment_explains_how_to_paste_it() -> None:

@@ -1,67 +1,167 @@
-"""Choosing between the container runner and the host runner."""
+"""Choosing the runner: the container, the host only when asked for, never as a fallback."""
 
 from __future__ import annotations
 
+import itertools
 import os
+from pathlib import Path
 
 import docker
 import pytest
 from docker_support import docker_client, test_image
 
 from bot.config import Environment
+from bot.models import RunKind, RunRequest
+from runner.base import RunnerRequest, RunRefused
 from runner.docker import DockerRunner
 from runner.host import HostRunner
 from runner.select_runner import (
+    CHECK_IMAGE_HINT,
     DEFAULT_ENGINE,
     EngineCheck,
+    RunnerPolicy,
     check_engine,
     choose_runner,
     describe_choice,
     engine_location,
+    needs_engine,
 )
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 CI_IMAGE = "ghcr.io/example/ci:cuda12"
+UP = EngineCheck("tcp://10.0.0.5:2375", True)
+DOWN = EngineCheck("unix:///var/run/docker.sock", False, "connection refused")
+
+SERVE = RunnerPolicy(mode="docker")
+SERVE_HOST = RunnerPolicy(mode="host", host="trusted-code-only")
+CHECK_AUTO = RunnerPolicy(mode="auto", host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
 
 
-def test_an_environment_without_image_runs_on_the_host():
-    choice = describe_choice(Environment(name="laptop"), EngineCheck("unix:///x.sock", True))
-    assert choice.kind == "host"
-    assert choice.reason == "environment laptop has no image"
+def request(image: str | None = CI_IMAGE, *, trusted: bool = False) -> RunnerRequest:
+    return RunnerRequest(Environment(name="gpu", image=image), "r1", trusted_code=trusted)
 
 
-def test_a_reachable_engine_runs_the_image():
-    choice = describe_choice(
-        Environment(name="gpu", image=CI_IMAGE), EngineCheck("tcp://10.0.0.5:2375", True)
-    )
-    assert choice.kind == "docker"
+# --- the decision -------------------------------------------------------------------------------------
+
+
+def test_serve_runs_an_image_in_the_engine_that_answers() -> None:
+    choice = describe_choice(SERVE, request(), UP)
+    assert choice.kind == "docker" and choice.image == CI_IMAGE
     assert CI_IMAGE in choice.reason and "tcp://10.0.0.5:2375" in choice.reason
 
 
-def test_an_unreachable_engine_falls_back_to_the_host_and_says_where_and_why():
-    engine = EngineCheck("unix:///var/run/docker.sock", False, "connection refused")
-    choice = describe_choice(Environment(name="gpu", image=CI_IMAGE), engine)
-    assert choice.kind == "host"
-    assert (
-        choice.reason == "no container engine reachable at unix:///var/run/docker.sock (connection refused)"
+def test_serve_with_the_engine_down_refuses_and_says_where_and_why() -> None:
+    choice = describe_choice(SERVE, request(trusted=True), DOWN)
+    assert choice.kind == "refused"
+    assert choice.reason == (
+        "no container engine reachable at unix:///var/run/docker.sock (connection refused); "
+        "nothing was run on the host instead"
     )
 
 
-def test_engine_location_follows_docker_host():
+def test_serve_with_no_image_refuses_and_names_what_to_set() -> None:
+    choice = describe_choice(SERVE, request(None, trusted=True), None)
+    assert choice.kind == "refused"
+    assert choice.reason.startswith("no environment image configured: environment gpu names no image")
+    assert "`image:`" in choice.reason and "PARITYBOT_DEFAULT_IMAGE" in choice.reason
+
+
+def test_serve_gives_an_environment_without_image_the_default_image() -> None:
+    policy = RunnerPolicy(mode="docker", default_image="ghcr.io/example/ci:default")
+    assert needs_engine(policy, Environment(name="gpu"))
+    choice = describe_choice(policy, request(None), UP)
+    assert choice.kind == "docker" and choice.image == "ghcr.io/example/ci:default"
+    assert "default image ghcr.io/example/ci:default" in choice.reason
+    # The environment's own image wins over the default.
+    assert describe_choice(policy, request(CI_IMAGE), UP).image == CI_IMAGE
+
+
+def test_host_mode_runs_only_trusted_code() -> None:
+    assert describe_choice(SERVE_HOST, request(trusted=True), None).kind == "host"
+    refused = describe_choice(SERVE_HOST, request(trusted=False), None)
+    assert refused.kind == "refused"
+    assert "author of this code is not trusted" in refused.reason
+    assert "never on the host" in refused.reason
+
+
+def test_host_mode_without_the_allow_setting_runs_nothing() -> None:
+    choice = describe_choice(RunnerPolicy(mode="host"), request(trusted=True), None)
+    assert choice.kind == "refused"
+    assert "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only" in choice.reason
+
+
+def test_check_auto_uses_the_host_and_says_why() -> None:
+    assert describe_choice(CHECK_AUTO, request(None), None).reason == "environment gpu names no image"
+    down = describe_choice(CHECK_AUTO, request(), DOWN)
+    assert down.kind == "host"
+    assert down.reason == "no container engine reachable at unix:///var/run/docker.sock (connection refused)"
+    assert describe_choice(CHECK_AUTO, request(), UP).kind == "docker"
+
+
+def test_check_docker_never_falls_back() -> None:
+    policy = RunnerPolicy(mode="docker", host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
+    assert describe_choice(policy, request(), DOWN).kind == "refused"
+    no_image = describe_choice(policy, request(None), None)
+    assert no_image.kind == "refused" and "--image IMAGE" in no_image.reason
+
+
+def test_no_combination_runs_code_on_the_host_unless_asked_and_allowed() -> None:
+    """Every policy, run, image and engine state: the host only in the modes that name it,
+    only where the policy allows it, and for `serve` only for trusted code."""
+    for mode, host, trusted, image, default, engine in itertools.product(
+        ("auto", "docker", "host"),
+        ("never", "trusted-code-only", "any"),
+        (False, True),
+        (CI_IMAGE, None),
+        (None, "ci:default"),
+        (None, UP, DOWN),
+    ):
+        policy = RunnerPolicy(mode=mode, host=host, default_image=default)  # type: ignore[arg-type]
+        choice = describe_choice(policy, request(image, trusted=trusted), engine)
+        case = (mode, host, trusted, image, default, engine)
+        if choice.kind == "host":
+            assert mode in ("auto", "host"), case
+            assert host == "any" or (host == "trusted-code-only" and trusted), case
+        if mode == "host":
+            assert choice.kind in ("host", "refused"), case  # never a container the operator did not ask for
+        if choice.kind == "docker":
+            assert engine is UP and choice.image == (image or default), case
+        if choice.kind == "refused":
+            assert choice.reason, case
+
+
+def test_trusted_code_is_a_trusted_author_s_pr_or_the_default_branch_s_own() -> None:
+    pr = RunRequest(repo="o/r", clone_url="x", head_sha="a" * 40)
+    assert not pr.code_trusted  # an approval alone never sets author_trusted
+    assert pr.model_copy(update={"author_trusted": True}).code_trusted
+    assert pr.model_copy(update={"kind": RunKind.BASELINE}).code_trusted
+
+
+def test_engine_location_follows_docker_host() -> None:
     assert engine_location({}) == DEFAULT_ENGINE
     assert engine_location({"DOCKER_HOST": "unix:///tmp/e/docker.sock"}) == "unix:///tmp/e/docker.sock"
 
 
-async def test_a_socket_that_does_not_exist_gives_the_host_runner(tmp_path):
+# --- the I/O ------------------------------------------------------------------------------------------
+
+
+async def test_a_dead_socket_refuses_the_run_with_the_engine_s_error(tmp_path: Path) -> None:
     where = f"unix://{tmp_path}/no-engine.sock"
-    runner = await choose_runner(Environment(name="gpu", image=CI_IMAGE), "r1", env={"DOCKER_HOST": where})
+    with pytest.raises(RunRefused) as refused:
+        await choose_runner(SERVE, request(trusted=True), env={"DOCKER_HOST": where})
+    message = str(refused.value)
+    assert message.startswith(f"no container engine reachable at {where} (")
+    assert message.endswith("nothing was run on the host instead")
+
+
+async def test_check_auto_with_a_dead_socket_gives_the_host_runner(tmp_path: Path) -> None:
+    where = f"unix://{tmp_path}/no-engine.sock"
+    runner = await choose_runner(CHECK_AUTO, request(), env={"DOCKER_HOST": where})
     assert isinstance(runner, HostRunner)
-    assert runner.info.kind == "host"
     assert runner.info.reason.startswith(f"no container engine reachable at {where} (")
-    assert "no-engine.sock" in runner.info.reason or "No such file" in runner.info.reason
 
 
-def test_check_engine_reports_the_error_of_a_dead_socket(tmp_path):
+def test_check_engine_reports_the_error_of_a_dead_socket(tmp_path: Path) -> None:
     sock = tmp_path / "dead.sock"
     sock.write_text("")  # a plain file where a socket should be
     check, client = check_engine({"DOCKER_HOST": f"unix://{sock}"}, timeout_s=2)
@@ -70,26 +170,48 @@ def test_check_engine_reports_the_error_of_a_dead_socket(tmp_path):
     assert check.error
 
 
-async def test_without_image_no_engine_is_contacted():
+async def test_without_image_no_engine_is_contacted() -> None:
+    # 192.0.2.1 is reserved for documentation: a connection attempt would hang until the timeout.
+    unroutable = {"DOCKER_HOST": "tcp://192.0.2.1:1"}
     runner = await choose_runner(
-        Environment(name="host", env={"A": "1"}), "r1", env={"DOCKER_HOST": "tcp://192.0.2.1:1"}
+        CHECK_AUTO,
+        RunnerRequest(Environment(name="host", env={"A": "1"}), "r1"),
+        env=unroutable,
+        timeout_s=30,
     )
     assert isinstance(runner, HostRunner)
-    assert runner.info.reason == "environment host has no image"
     assert runner.info.env["A"] == "1"  # the environment's variables, plus the tools' PATH
+    with pytest.raises(RunRefused, match="no environment image configured"):
+        await choose_runner(SERVE, request(None), env=unroutable, timeout_s=30)
 
 
 @pytest.mark.docker
 async def test_a_reachable_engine_gives_the_container_runner(
     docker_client: docker.DockerClient, test_image: str
-):
+) -> None:
     env = Environment(name="ci", image=test_image, gpus="none")
-    runner = await choose_runner(env, "r-select", env=dict(os.environ), redact=["tok"])
+    runner = await choose_runner(SERVE, RunnerRequest(env, "r-select"), env=dict(os.environ))
     try:
         assert isinstance(runner, DockerRunner)
         assert runner.info.kind == "docker"
         assert test_image in runner.info.reason
         await runner.prepare()
         assert runner.info.image_ref
+    finally:
+        await runner.close()
+
+
+@pytest.mark.docker
+async def test_the_default_image_serves_an_environment_without_one(
+    docker_client: docker.DockerClient, test_image: str
+) -> None:
+    policy = RunnerPolicy(mode="docker", default_image=test_image)
+    env = Environment(name="default", gpus="none")
+    runner = await choose_runner(policy, RunnerRequest(env, "r-default"), env=dict(os.environ))
+    try:
+        assert isinstance(runner, DockerRunner)
+        await runner.prepare()
+        assert runner.info.image == test_image
+        assert "default image" in runner.info.reason
     finally:
         await runner.close()

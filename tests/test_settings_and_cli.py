@@ -15,12 +15,14 @@ CLI = [sys.executable, "-m", "bot.cli"]
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     import os
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("PARITYBOT_")}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd, timeout=timeout
+    )
 
 
 def test_serve_refuses_to_start_without_a_webhook_secret() -> None:
@@ -53,6 +55,54 @@ def test_defaults_point_at_github_and_an_embedded_database() -> None:
     assert settings.database_url.startswith("sqlite:///")
 
 
+def test_defaults_run_every_pull_request_in_a_container() -> None:
+    settings = Settings()
+    assert settings.runner == "docker"
+    assert settings.allow_host_runner is None and settings.default_image is None
+    # Compose passes settings left out of .env as empty strings: they stay unset.
+    assert Settings(allow_host_runner="", default_image="").default_image is None
+
+
+SERVING = {
+    "PARITYBOT_WEBHOOK_SECRET": "s3cret-webhook",
+    "PARITYBOT_APP_ID": "1",
+    "PARITYBOT_PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nAAAAB3NzaC1yc2EAAAADAQABAAABAQ\n-----END PRIVATE KEY-----\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        (
+            {"PARITYBOT_RUNNER": "host"},
+            "paritybot: PARITYBOT_RUNNER=host: refusing to start without "
+            "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only",
+        ),
+        (
+            {"PARITYBOT_RUNNER": "host", "PARITYBOT_ALLOW_HOST_RUNNER": "yes"},
+            "paritybot: PARITYBOT_ALLOW_HOST_RUNNER: Input should be 'trusted-code-only'",
+        ),
+        (
+            {"PARITYBOT_RUNNER": "auto"},
+            "paritybot: PARITYBOT_RUNNER: Value error, 'auto' is no longer accepted",
+        ),
+    ],
+)
+def test_serve_refuses_a_host_runner_not_asked_for_in_so_many_words(
+    settings: dict[str, str], line: str, tmp_path: Path
+) -> None:
+    # A service that started anyway would serve until killed: the timeout fails the test then.
+    done = run_cli("serve", env={**SERVING, **settings}, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith(line) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_the_service_secrets_are_the_webhook_secret_and_the_key_line_by_line() -> None:
+    key = SERVING["PARITYBOT_PRIVATE_KEY"]
+    settings = Settings(webhook_secret="s3cret-webhook", private_key=key)
+    assert settings.service_secrets() == ("s3cret-webhook", key.strip(), "AAAAB3NzaC1yc2EAAAADAQABAAABAQ")
+
+
 def test_config_validate_names_key_value_and_expectation(tmp_path: Path) -> None:
     bad = tmp_path / "paritybot.yml"
     bad.write_text("environments:\n  - name: gpu\n    gpus: lots\ntests:\n  reruns: -1\nunknown: 1\n")
@@ -72,12 +122,12 @@ def test_config_validate_accepts_a_good_file_and_schema_is_json(tmp_path: Path) 
     assert "environments" in schema["properties"]
 
 
-def test_check_demo_prints_the_pr_comment() -> None:
-    done = run_cli("check", "--demo", "--runner", "host")
+def test_check_demo_prints_the_pr_comment_on_a_laptop_without_engine(tmp_path: Path) -> None:
+    done = run_cli("check", "--demo", env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("<!-- paritybot:sticky -->")
     assert "tests/test_stats.py::TestMean::test_mean_of_halves" in done.stdout
-    assert "runner: host" in done.stderr
+    assert "runner: host: the checked code runs on this machine, as you, without a container" in done.stderr
 
 
 def test_check_outside_a_repository_is_a_clear_error(tmp_path: Path) -> None:

@@ -141,6 +141,8 @@ def test_trust_matrix(row: tuple[str, bool, str, str, bool]) -> None:
     assert decision.approve_sha == (HEAD if approves else None)
     waiting = not author_trusted and approval != "this" and commenter != "trusted"
     assert decision.needs_approval is waiting
+    # Only a trusted author's code may go to a host runner: an approval never makes it so.
+    assert decision.author_trusted is (run and author_trusted)
     if waiting and commenter != "untrusted":
         assert f"`{HEAD[:7]}`" in decision.reason
         assert "`/retest-gpu`" in decision.reason

@@ -315,3 +315,15 @@ async def test_data_hidden_in_an_unreadable_directory_is_counted(
     result = await runner.run(sh("hide", hide, timeout_s=60), workspace)
     assert result.stopped_by_limit, result.output
     assert result.duration_s < 30
+
+
+async def test_a_scratch_step_writing_past_the_limit_is_stopped_too(
+    make_runner: MakeRunner, workspace: Path
+) -> None:
+    # A scratch step (installing hook environments from the PR's pre-commit config) writes its
+    # own volume, not the run's: it has a watcher of its own.
+    runner = make_runner(limits=WORKSPACE_64M)
+    fill = "i=0; while [ $i -lt 25 ]; do head -c 40M /dev/zero > f$i; i=$((i + 1)); done; sleep 60"
+    result = await runner.run(sh("install", fill, timeout_s=30, scratch=True), workspace)
+    assert not result.timed_out, "the step ran until its timeout: nothing stopped the writer"
+    assert result.stopped_by_limit and "64m limit" in result.stopped_by_limit

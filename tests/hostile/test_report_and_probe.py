@@ -63,7 +63,7 @@ from bot.report import (
     render_config_error_output,
     render_pr_comment,
 )
-from runner.base import SCRATCH_DIR, Step
+from runner.base import SCRATCH_DIR, RunnerRequest, Step
 from runner.docker import WORKSPACE_DIR, DockerRunner
 from runner.host import HostRunner
 from runner.parity import build_parity
@@ -444,8 +444,8 @@ def repo_with_links(tmp_path: Path) -> tuple[GitRepo, str, str, Path]:
 async def test_links_to_host_files_are_never_read_on_the_host(tmp_path: Path) -> None:
     repo, base, head, secret = repo_with_links(tmp_path)
 
-    async def host(environment: Environment, run_id: str) -> HostRunner:
-        return HostRunner(reason="test", env={**tool_env(), **environment.env})
+    async def host(request: RunnerRequest) -> HostRunner:
+        return HostRunner(reason="test", env={**tool_env(), **request.environment.env})
 
     with structlog.testing.capture_logs() as logs:
         report = await run_local_check(
