@@ -207,6 +207,25 @@ def committed(db: Path, run: str) -> int:
         conn.close()
 
 
+def store_alone(db: Path, body: bytes, seconds: float = 3.0) -> str:
+    """The disk's share: record_delivery called in a loop, no HTTP. It bounds the intake's rate."""
+    from bot.sqlite_store import SQLiteStore
+
+    store = SQLiteStore(db)
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    try:
+        while (started := time.perf_counter()) < deadline:
+            store.record_delivery(f"alone-{len(times)}", "pull_request", body)
+            times.append(time.perf_counter() - started)
+    finally:
+        store.close()
+        for path in db.parent.glob(db.name + "*"):
+            path.unlink()
+    times.sort()
+    return f"{len(times) / seconds:,.0f} commits/s, p99 {times[int(len(times) * 0.99)] * 1000:.2f} ms"
+
+
 def wait_ready(port: int) -> None:
     for _ in range(100):
         try:
@@ -277,13 +296,22 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     # The store on the same file system as the checkout (a real disk, like the service's volume).
     tmp = Path(tempfile.mkdtemp(prefix=".intake-bench-", dir=ROOT))
+    try:
+        return measure(tmp, args.duration, [int(c) for c in args.connections.split(",")], args.group_commit)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(tmp: Path, duration: int, connections: list[int], group_commit: bool) -> int:
+    from bot.sqlite_store import connect
+
     body = payload()
     (tmp / "body.json").write_bytes(body)
     (tmp / "bench.lua").write_text(LUA)
     sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
     servers: dict[str, tuple[object, tuple[object, ...]]] = {"bare": (serve_bare, ())}
     servers["paritybot"] = (serve_paritybot, (str(tmp / "p.db"), str(tmp / "p.lag"), False))
-    if args.group_commit:
+    if group_commit:
         servers["group commit"] = (serve_paritybot, (str(tmp / "g.db"), str(tmp / "g.lag"), True))
     ports = {name: free_port() for name in servers}
     procs = [
@@ -297,14 +325,15 @@ def main() -> int:
         for port in ports.values():
             wait_ready(port)
         print(f"payload: real pull_request.opened example, {len(body):,} bytes, signed")
+        disk_before = store_alone(tmp / "alone.db", body)
         print("| connections | server | req/s | p50 ms | p99 ms | 202s | rows committed | ratio |")
         print("|---|---|---|---|---|---|---|---|")
-        for conns in [int(c) for c in args.connections.split(",")]:
+        for conns in connections:
             results = {}
             for name in servers:
                 run = f"{name.replace(' ', '')}{conns}"
                 env = {"BENCH_BODY": str(tmp / "body.json"), "BENCH_SIG": sig, "BENCH_RUN": run}
-                results[name] = run_wrk(ports[name], conns, args.duration, env, tmp / "bench.lua")
+                results[name] = run_wrk(ports[name], conns, duration, env, tmp / "bench.lua")
                 db = tmp / ("g.db" if name == "group commit" else "p.db")
                 results[name]["rows"] = committed(db, run) if name != "bare" else float("nan")
             for name, r in results.items():
@@ -323,17 +352,17 @@ def main() -> int:
         for p in procs:
             p.terminate()
             p.join(5)
-    print(f"\nparitybot's event loop, late by: {loop_lag(tmp / 'p.lag')}")
-    if args.group_commit:
+    print(f"\nthe store alone (record_delivery in a loop, no HTTP), before: {disk_before}")
+    print(f"the store alone, after: {store_alone(tmp / 'alone.db', body)}")
+    print(f"paritybot's event loop, late by: {loop_lag(tmp / 'p.lag')}")
+    if group_commit:
         print(f"group commit's event loop, late by: {loop_lag(tmp / 'g.lag')}")
-    conn = sqlite3.connect(tmp / "p.db")
-    print(
-        "store: journal_mode={}, page_size={}; the service's connection runs synchronous=FULL".format(
-            conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA page_size").fetchone()[0]
-        )
-    )
+    conn = connect(tmp / "p.db")  # the settings the service's connection runs with
+    pragmas = {
+        p: conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("journal_mode", "synchronous", "page_size")
+    }
     conn.close()
-    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"store: {pragmas} (synchronous 2 = FULL: each commit is fsync'ed before it returns)")
     return 1 if failed else 0
 
 

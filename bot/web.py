@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.intake import MAX_BODY_BYTES, IntakeError, accept, check_transport
 from bot.store import Store
@@ -51,8 +52,8 @@ async def _read_body(request: web.Request) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise IntakeError(413, f"body over {MAX_BODY_BYTES} bytes") from None
-    except web.RequestPayloadError as exc:  # e.g. a malformed chunked encoding
-        raise IntakeError(400, f"unreadable body: {exc}") from None
+    except HttpProcessingError as exc:  # a malformed chunked body, seen after the handler started
+        raise IntakeError(400, f"malformed body: {exc.message}") from None
 
 
 def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
