@@ -53,7 +53,7 @@ async def _read_body(request: web.Request) -> bytes:
     except web.HTTPRequestEntityTooLarge:
         raise IntakeError(413, f"body over {MAX_BODY_BYTES} bytes") from None
     except HttpProcessingError as exc:  # a malformed chunked body, seen after the handler started
-        raise IntakeError(400, f"malformed body: {exc.message}") from None
+        raise IntakeError(400, f"malformed body: {str(exc.message)[:120]}") from None
 
 
 def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
