@@ -1,7 +1,7 @@
 """`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
 
 Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
-then the dispatcher (which first ingests whatever the delivery log holds), then accept webhooks.
+then the dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import structlog
 from aiohttp import web
 from gidgethub import sansio
 
-from bot.delivery_log import DeliveryLog
 from bot.dispatcher import Dispatcher
 from bot.executor import RunExecutor
 from bot.github import GitHubApp
@@ -79,7 +78,6 @@ class Service:
 
     settings: Settings
     store: SQLiteStore
-    delivery_log: DeliveryLog
     dispatcher: Dispatcher
     workers: WorkerPool
     session: aiohttp.ClientSession
@@ -89,7 +87,6 @@ class Service:
     async def stop(self) -> None:
         await self.dispatcher.stop()
         await self.workers.stop()
-        await self.delivery_log.stop()
         await self.session.close()
         self.store.close()
 
@@ -116,8 +113,7 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     workers = WorkerPool(store, executor, concurrency=settings.workers)
     scheduler = Scheduler(store, locks, wake=workers.wake)
     assert settings.webhook_secret is not None  # require_serving() checked it
-    secret = settings.webhook_secret.get_secret_value().encode()
-    delivery_log = DeliveryLog(db_path.parent / f"{db_path.name}.deliveries", secret)
+    recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
     async def context_for(event: sansio.Event) -> HandlerContext:
         installation = (event.data.get("installation") or {}).get("id")
@@ -133,16 +129,13 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
             bot_login=bot_login,
         )
 
-    dispatcher = Dispatcher(
-        store, router, context_for, log_dir=delivery_log.directory, wake=delivery_log.recorded
-    )
-    web_app = create_web_app(secret, delivery_log)
-    return Service(settings, store, delivery_log, dispatcher, workers, session, app, web_app)
+    dispatcher = Dispatcher(store, router, context_for, wake=recorded)
+    web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
+    return Service(settings, store, dispatcher, workers, session, app, web_app)
 
 
 async def start_service(service: Service) -> None:
     service.workers.start()
-    await service.delivery_log.start()
     service.dispatcher.start()
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 from gidgethub import sansio
 from gidgethub.routing import Router
@@ -34,14 +33,12 @@ class Dispatcher:
         store: SQLiteStore,
         router: Router,
         context_factory: ContextFactory,
-        log_dir: Path,
         wake: asyncio.Event | None = None,
         poll_interval: float = 1.0,
         retry_base_delay_s: float = RETRY_BASE_DELAY_S,
     ):
         self.retry_base_delay_s = retry_base_delay_s
         self._store = store
-        self._log_dir = log_dir
         self._router = router
         self._context_factory = context_factory
         self._wake = wake or asyncio.Event()
@@ -67,7 +64,6 @@ class Dispatcher:
     async def drain(self) -> int:
         """Dispatch every pending delivery once; returns how many were handled."""
         handled = 0
-        await asyncio.to_thread(self._store.ingest_deliveries, self._log_dir)
         while True:
             batch = await asyncio.to_thread(self._store.pending_deliveries, 50)
             batch = [d for d in batch if d.attempts < MAX_DELIVERY_ATTEMPTS]
@@ -80,7 +76,7 @@ class Dispatcher:
     async def dispatch(self, delivery: Delivery) -> None:
         structlog.contextvars.bind_contextvars(delivery_id=delivery.delivery_id, event=delivery.event)
         try:
-            data = orjson.loads(delivery.body)
+            data = json.loads(delivery.body)
             event = sansio.Event(data, event=delivery.event, delivery_id=delivery.delivery_id)
             structlog.contextvars.bind_contextvars(
                 action=data.get("action"),

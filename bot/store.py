@@ -70,6 +70,9 @@ class PullState(BaseModel):
 
 class Store(Protocol):
     # deliveries -------------------------------------------------------------------------------
+    def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
+        """Commit a webhook delivery durably; False when its id was already recorded (a redelivery)."""
+
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]: ...
     def finish_delivery(self, delivery_id: str, status: str, error: str | None = None) -> None: ...
     def delivery_status(self, delivery_id: str) -> str | None: ...

@@ -1,6 +1,6 @@
 """The real bot, in-process, wired to the fake GitHub and a real local git remote.
 
-`BotHarness` starts what `paritybot serve` starts (delivery log, dispatcher, workers, web app on a
+`BotHarness` starts what `paritybot serve` starts (store, dispatcher, workers, web app on a
 real loopback port), with the host runner using this interpreter's tools (or, with
 ``service_runner=True``, the runner choice `serve` itself makes from its settings). Tests send
 GitHub's real payloads over HTTP and read the results from the fake GitHub.

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from fakegithub.spec import rest_spec
 
-from bot.delivery_log import DeliveryLog
 from bot.settings import Settings
+from bot.sqlite_store import SQLiteStore
 from bot.web import create_web_app
 from handlers.routing import router
 
@@ -236,7 +236,7 @@ async def test_manifest_webhook_url_is_the_services_webhook_route(tmp_path: Path
     manifest = load_yaml(MANIFEST)
     hook = manifest["hook_attributes"]["url"]
     assert hook.startswith("https://"), "GitHub delivers App webhooks over HTTPS"
-    app = create_web_app(b"secret", DeliveryLog(tmp_path / "log", b"secret"))
+    app = create_web_app("secret", SQLiteStore(tmp_path / "bot.db"))
     posts = {r.resource.canonical for r in app.router.routes() if r.method == "POST" and r.resource}
     assert "/" + hook.split("://", 1)[1].split("/", 1)[1] in posts
 
