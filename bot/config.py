@@ -54,6 +54,12 @@ class ResourceLimits(_Strict):
         description="size of the writable /tmp; it counts against the memory limit; "
         f"default: a quarter of the memory limit, at most {TMPFS_DEFAULT_MAX}",
     )
+    workspace_size: str = Field(
+        "10g",
+        description="most the run's workspace may hold: the checkout, the home directory and all "
+        "that steps write there; no file grows past it, and a step that goes past it is stopped "
+        "and fails (docker syntax: 500m, 10g)",
+    )
 
 
 class StepNetwork(_Strict):

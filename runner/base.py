@@ -18,6 +18,8 @@ from bot.config import Environment
 
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
+# The most of one collected file the bot reads unless a step sets its own cap (see runner.collect).
+COLLECT_MAX_BYTES = 64_000_000
 SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 
 
@@ -63,6 +65,11 @@ class Step(BaseModel):
         default_factory=list,
         description="workspace-relative files read back after the step (e.g. a JUnit report)",
     )
+    collect_max_bytes: int = Field(
+        COLLECT_MAX_BYTES,
+        gt=0,
+        description="a collected file larger than this is not read; StepResult.refused says so",
+    )
     store: ToolStore | None = None
 
     @model_validator(mode="after")
@@ -85,11 +92,25 @@ class StepResult(BaseModel):
     oom_killed: bool = False
     cancelled: bool = False
     error: str | None = Field(None, description="why the step could not run at all")
+    stopped_by_limit: str | None = Field(
+        None, description="the limit that stopped the step, in words: the run wrote more than …"
+    )
     collected: dict[str, str] = Field(default_factory=dict, description="path → text of collected files")
+    refused: dict[str, str] = Field(
+        default_factory=dict,
+        description="path → why a collected file was not read: 'is 312 MB, more than the 64 MB paritybot reads'",
+    )
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not (self.timed_out or self.oom_killed or self.cancelled)
+        return self.exit_code == 0 and not (
+            self.timed_out or self.oom_killed or self.cancelled or self.stopped_by_limit
+        )
+
+    def refusal(self, path: str, what: str) -> str | None:
+        """Why the collected file ``path`` was not read, as a sentence about ``what`` it is; else None."""
+        reason = self.refused.get(path)
+        return f"{what} {reason}" if reason else None
 
     def describe_failure(self) -> str:
         """One line a user understands: why the step did not succeed."""
@@ -101,6 +122,8 @@ class StepResult(BaseModel):
             return f"{self.name}: timed out after {self.duration_s:.0f} s and was killed"
         if self.oom_killed:
             return f"{self.name}: killed: out of memory (exit {self.exit_code})"
+        if self.stopped_by_limit:
+            return f"{self.name}: stopped: {self.stopped_by_limit}"
         return f"{self.name}: exit code {self.exit_code}"
 
 

@@ -22,7 +22,11 @@ What a run gets, and why:
   environments from the config alone) and read-only everywhere else, so a pull
   request's code cannot change the environments another run uses. There is no shared pip cache: a
   step's pip caches in the run's own home directory, which goes with the run.
-* Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets.
+* Output is streamed while the step runs, capped (head and tail kept) and stripped of secrets;
+  the engine keeps no log of it.
+* The run volume is kept under ``limits.workspace_size`` by a watchdog beside the steps
+  (:mod:`runner.workspace_watch`), and collected files are read back only up to their cap, never
+  through a link (:mod:`runner.collect`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import docker.errors
 import requests
 import structlog
 from docker.models.containers import Container
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, LogConfig, Ulimit
 from docker.utils import parse_bytes
 
 from bot.config import (
@@ -57,13 +61,25 @@ from bot.config import (
     Environment,
     ResourceLimits,
 )
-from runner.base import SECRET_MIN_LEN, RunnerError, RunnerInfo, Step, StepResult, ToolStore, redact
+from runner.base import (
+    COLLECT_MAX_BYTES,
+    SECRET_MIN_LEN,
+    RunnerError,
+    RunnerInfo,
+    Step,
+    StepResult,
+    ToolStore,
+    redact,
+)
+from runner.collect import CollectRefused, check_archive_stat, collect_files, read_archive_file
+from runner.workspace_watch import WorkspaceWatch
 
 log = structlog.get_logger(__name__)
 
 LABEL_MANAGED = "paritybot.managed"
 LABEL_RUN_ID = "paritybot.run-id"
-LABEL_ROLE = "paritybot.role"  # step, workspace (per-run volume) or store (kept across runs)
+# step, watch (the workspace watcher beside the steps), workspace (per-run volume) or store (kept across runs)
+LABEL_ROLE = "paritybot.role"
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
@@ -85,6 +101,10 @@ _GPU_ERRORS = (
     "nvidia-container-cli",
     "unknown or invalid runtime name: nvidia",
 )
+# The engine keeps no log of a step: its output is read from the attached stream, capped, and a
+# json-file log would grow on the engine's disk as fast as the step prints (70 MB/s measured).
+NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
+_ARCHIVE_CHUNK = 1 << 20  # how much of a collected file's archive is read at a time
 OnOutput = Callable[[str], None]
 
 
@@ -360,20 +380,6 @@ def files_archive(dirs: Iterable[str], files: dict[str, str], uid: int, gid: int
     return buf.getvalue()
 
 
-def read_archive_file(chunks: Iterator[bytes]) -> str | None:
-    """The text of the single regular file in a ``get_archive`` stream, None if it is not a file."""
-    with tempfile.SpooledTemporaryFile(max_size=8 << 20) as spool:
-        for chunk in chunks:
-            spool.write(chunk)
-        spool.seek(0)
-        with tarfile.open(fileobj=spool, mode="r|") as tar:
-            for member in tar:
-                if member.isfile():
-                    fh = tar.extractfile(member)
-                    return fh.read().decode("utf-8", "replace") if fh else None
-    return None
-
-
 def _safe_relative(rel: str) -> str:
     """A workspace-relative path that cannot climb out of the workspace."""
     parts = Path(rel).parts
@@ -420,6 +426,8 @@ class DockerRunner:
         self._image_id: str | None = None
         self._uid_gid: tuple[int, int] | None = None
         self._host_config: dict[str, Any] = {}
+        self._workspace_limit = 0
+        self._watch: WorkspaceWatch | None = None
         self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
         self._volumes_ready = False
         self._stores_ready: set[str] = set()
@@ -454,6 +462,7 @@ class DockerRunner:
         self._info.image_ref = repo_digest or image.id
         self._uid_gid = await asyncio.to_thread(self._resolve_user)
         self._host_config = await asyncio.to_thread(self._limits)
+        self._workspace_limit = workspace_limit(self.environment)
         log.info(
             "container runner ready",
             run_id=self.run_id,
@@ -496,10 +505,11 @@ class DockerRunner:
         """A file of the image, read from a created (never started) container."""
         container = self.client.containers.create(self._image_id, ["true"], labels=self._labels("step"))
         try:
-            chunks, _ = container.get_archive(path)
-            return read_archive_file(chunks)
+            return _read_container_file(container, path, COLLECT_MAX_BYTES)
         except docker.errors.NotFound:
             return None
+        except CollectRefused as exc:
+            raise RunnerError(f"the image's {path} {exc.reason}") from None
         finally:
             container.remove(force=True)
 
@@ -547,7 +557,7 @@ class DockerRunner:
             container = await asyncio.to_thread(self._create, step, workspace)
             self._current = container
             try:
-                return await self._run_created(step, container, started)
+                return await self._run_watched(step, container, started)
             finally:
                 self._current = None
                 await asyncio.to_thread(_remove_container, container)
@@ -588,6 +598,8 @@ class DockerRunner:
                 volumes=mounts,
                 stdin_open=False,
                 tty=False,
+                log_config=NO_ENGINE_LOG,
+                ulimits=[self._file_size_limit()],
                 **self._host_config,
             )
         except docker.errors.APIError as exc:
@@ -603,6 +615,11 @@ class DockerRunner:
             _remove_container(container)
             raise
         return container
+
+    def _file_size_limit(self) -> Ulimit:
+        """No file may grow past the workspace's limit: the kernel stops that writer at once, where
+        the workspace watchdog (for many files) reads the volume's size once a second."""
+        return Ulimit(name="fsize", soft=self._workspace_limit, hard=self._workspace_limit)
 
     def _fill(self, container: Container, step: Step, workspace: Path) -> None:
         """Copy the workspace (first step only) and the step's injected files into the run volume."""
@@ -685,12 +702,50 @@ class DockerRunner:
             f"paritybot.{k}": v for k, v in extra.items()
         }
 
+    async def _run_watched(self, step: Step, container: Container, started: float) -> StepResult:
+        """The step under the workspace's watchdog (:mod:`runner.workspace_watch`): the run's watcher,
+        or for a scratch step one of its own over the volumes it may write."""
+        if step.scratch:
+            watch = await asyncio.to_thread(self._start_watch, _writable_volumes(container))
+        else:
+            if self._watch is None:
+                self._watch = await asyncio.to_thread(self._start_watch, [self._run_volume])
+            watch = self._watch
+        try:
+            refused = watch.step_started(lambda: _kill(container))
+            if refused is not None:
+                raise RunnerError(f"{step.name}: {refused}")
+            try:
+                result = await self._run_created(step, container, started)
+            finally:
+                stopped_by = await asyncio.to_thread(watch.step_ended)
+        finally:
+            if watch is not self._watch:
+                await asyncio.to_thread(watch.close)
+        if stopped_by is None:
+            return result
+        note = f"\n[paritybot] stopped: {stopped_by}\n"
+        return result.model_copy(update={"stopped_by_limit": stopped_by, "output": result.output + note})
+
+    def _start_watch(self, volumes: list[str]) -> WorkspaceWatch:
+        limits = self.environment.limits
+        watch = WorkspaceWatch(
+            self.client,
+            self._image_id or "",
+            volumes,
+            self._workspace_limit,
+            limits.workspace_size,
+            self._labels("watch"),
+        )
+        watch.start()
+        return watch
+
     async def _run_created(self, step: Step, container: Container, started: float) -> StepResult:
         buffer = OutputBuffer(self._output_limit)
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
-        # Attach before start: every byte is seen, whatever log driver the engine uses.
-        stream = await asyncio.to_thread(container.attach, stdout=True, stderr=True, stream=True, logs=True)
+        # Attached before start, every byte is seen without the engine keeping a log (NO_ENGINE_LOG).
+        stream = await asyncio.to_thread(container.attach, stdout=True, stderr=True, stream=True, logs=False)
         try:
             await asyncio.to_thread(container.start)
         except docker.errors.APIError as exc:
@@ -717,7 +772,7 @@ class DockerRunner:
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
         root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
-        collected = await asyncio.to_thread(self._collect, container, step.collect, root)
+        collected, refused = await asyncio.to_thread(self._collect, container, step, root)
         output = buffer.text(self._secrets)
         if oom:
             output += f"\n[paritybot] killed: out of memory (limit {self._info.memory})\n"
@@ -734,6 +789,7 @@ class DockerRunner:
             oom_killed=oom,
             cancelled=self._cancelled and not timed_out,
             collected=collected,
+            refused=refused,
         )
 
     def _pump(
@@ -758,20 +814,21 @@ class DockerRunner:
         code = result.get("StatusCode")
         return code if isinstance(code, int) else None
 
-    def _collect(self, container: Container, paths: list[str], root: str) -> dict[str, str]:
-        collected: dict[str, str] = {}
-        for rel in paths:
+    def _collect(self, container: Container, step: Step, root: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The step's ``collect`` files under ``root``, each read only up to its cap (:mod:`runner.collect`)."""
+
+        def read_one(rel: str) -> str | None:
             try:
-                chunks, _ = container.get_archive(f"{root}/{_safe_relative(rel)}")
-                text = read_archive_file(chunks)
+                path = f"{root}/{_safe_relative(rel)}"
+                text = _read_container_file(container, path, step.collect_max_bytes)
             except (docker.errors.NotFound, RunnerError):
-                continue
+                return None
             except (docker.errors.APIError, tarfile.TarError) as exc:
                 log.warning("could not collect a file", path=rel, error=str(exc))
-                continue
-            if text is not None:
-                collected[rel] = redact(text, self._secrets)
-        return collected
+                return None
+            return None if text is None else redact(text, self._secrets)
+
+        return collect_files(step.collect, read_one)
 
     # --- cancel and close -------------------------------------------------------------------------
 
@@ -786,6 +843,8 @@ class DockerRunner:
         await self.cancel()
         if self._client is None:
             return
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.close)
         await asyncio.to_thread(self._remove_run_volume)
         if self._own_client:
             await asyncio.to_thread(self._client.close)
@@ -800,6 +859,36 @@ class DockerRunner:
         for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
             with contextlib.suppress(docker.errors.NotFound):
                 volume.remove(force=True)
+
+
+def _writable_volumes(container: Container) -> list[str]:
+    """The named volumes ``container`` mounts writable: what its step can fill."""
+    mounts = container.attrs.get("Mounts") or []
+    return [m["Name"] for m in mounts if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
+
+
+def workspace_limit(environment: Environment) -> int:
+    """``limits.workspace_size`` in bytes; a RunnerError naming the setting when it is not a size."""
+    from docker.utils import parse_bytes
+
+    try:
+        size = int(parse_bytes(environment.limits.workspace_size))
+    except docker.errors.DockerException as exc:
+        raise RunnerError(f"environment {environment.name}: bad limits.workspace_size: {exc}") from None
+    if size <= 0:
+        raise RunnerError(f"environment {environment.name}: limits.workspace_size must be more than 0")
+    return size
+
+
+def _read_container_file(container: Container, path: str, limit: int) -> str | None:
+    """A file of a container, refused from the engine's stat or cut off at ``limit`` bytes of archive."""
+    chunks, path_stat = container.get_archive(path, chunk_size=_ARCHIVE_CHUNK)
+    try:
+        check_archive_stat(path_stat, limit)
+    except CollectRefused:
+        chunks.close()  # the response ends here; the engine stops sending the archive
+        raise
+    return read_archive_file(chunks, limit)
 
 
 def _kill(container: Container) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from runner.base import RunnerInfo, Step, StepResult, ToolStore, cap_output, redact
+from runner.collect import collect_files, read_host_file
 
 log = structlog.get_logger(__name__)
 
@@ -138,12 +139,9 @@ class HostRunner:
         duration = time.monotonic() - started
         # Redacted before the cap, so no cut can leave half a secret behind.
         text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
-        collected = {}
-        for rel in step.collect:
-            path = workspace / rel
-            if path.is_file():
-                # Bytes, decoded as the container runner does: line endings kept as they are.
-                collected[rel] = redact(path.read_bytes().decode("utf-8", "replace"), self._secrets)
+        collected, refused = collect_files(
+            step.collect, lambda rel: self._read_collected(workspace, rel, step.collect_max_bytes)
+        )
         log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
         return StepResult(
             name=step.name,
@@ -153,7 +151,12 @@ class HostRunner:
             timed_out=timed_out,
             cancelled=self._cancelled and not timed_out,
             collected=collected,
+            refused=refused,
         )
+
+    def _read_collected(self, workspace: Path, rel: str, limit: int) -> str | None:
+        text = read_host_file(workspace, rel, limit)
+        return None if text is None else redact(text, self._secrets)
 
     @staticmethod
     def _kill(proc: asyncio.subprocess.Process) -> None:

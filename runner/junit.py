@@ -11,13 +11,19 @@ defined in the file it was collected from.
 
 The report is written by the code under test, so it is untrusted: the standard library parser does
 not resolve external entities, and its bundled expat (2.4.1 and later) refuses entity expansion
-bombs; a malformed report raises :class:`JUnitError` rather than losing results silently.
+bombs; a malformed report raises :class:`JUnitError` rather than losing results silently. Its size
+is capped where it is read back (:data:`runner.testexec.JUNIT_MAX_BYTES`), and it is parsed as a
+stream, each test case dropped from the tree once read, with at most :data:`MAX_CASES` of them: a
+report of millions of empty ``<testcase/>`` elements is an error, not gigabytes of memory.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +39,9 @@ def pytest_collection_modifyitems(items):
         item.user_properties.append(("{NODEID_PROPERTY}", item.nodeid))
 '''
 
+# A selection of GPU tests is thousands of cases; even a large suite run whole is well under this.
+MAX_CASES = 100_000
+_FEED_CHARS = 1 << 20
 # pytest's messages for collection problems (see _pytest/junitxml.py).
 _COLLECTION_MESSAGES = {"collection failure", "collection skipped"}
 MAX_MESSAGE_LINES = 15
@@ -54,20 +63,49 @@ class JUnitCase(BaseModel):
     collection_error: bool = False
 
 
-def parse_junit(xml_text: str) -> list[JUnitCase]:
-    """Every ``<testcase>`` of the report, in report order, one entry per node id."""
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as exc:
-        raise JUnitError(f"the JUnit report is not valid XML: {exc}") from None
+def parse_junit(xml_text: str, max_cases: int = MAX_CASES) -> list[JUnitCase]:
+    """Every ``<testcase>`` of the report, in report order, one entry per node id.
+
+    Raises:
+        JUnitError: the report is not valid XML, or it holds more than ``max_cases`` test cases.
+    """
     cases: dict[str, JUnitCase] = {}
-    for element in root.iter("testcase"):
+    for seen, element in enumerate(_testcases(xml_text), 1):
+        if seen > max_cases:
+            raise JUnitError(
+                f"the JUnit report has more than {max_cases:,} test cases, more than paritybot reads"
+            )
         case = _parse_case(element)
         previous = cases.get(case.nodeid)
         # The same id twice (a plugin reporting a rerun, parallel workers): the worse outcome stays.
         if previous is None or _severity(case.outcome) > _severity(previous.outcome):
             cases[case.nodeid] = case
     return list(cases.values())
+
+
+def _testcases(xml_text: str) -> Iterator[ET.Element]:
+    """Each complete ``<testcase>`` element, removed from the tree once the caller has read it."""
+    parser: ET.XMLPullParser = ET.XMLPullParser(events=("start", "end"))
+    open_elements: list[ET.Element] = []
+    pieces = (xml_text[at : at + _FEED_CHARS] for at in range(0, len(xml_text), _FEED_CHARS))
+    try:
+        for piece in itertools.chain(pieces, [None]):
+            if piece is None:
+                parser.close()
+            else:
+                parser.feed(piece)
+            # Only start and end events were asked for: each carries an element.
+            for event, element in cast(Iterator[tuple[str, ET.Element]], parser.read_events()):
+                if event == "start":
+                    open_elements.append(element)
+                    continue
+                open_elements.pop()
+                if element.tag == "testcase":
+                    yield element
+                    if open_elements:  # a test case that just ended is its parent's last child
+                        del open_elements[-1][-1]
+    except ET.ParseError as exc:
+        raise JUnitError(f"the JUnit report is not valid XML: {exc}") from None
 
 
 def _severity(outcome: TestOutcome) -> int:

@@ -267,7 +267,7 @@ _DETAIL_LINE = re.compile(r"^- (hook id|exit code|duration): |^- files were modi
 
 def hook_output(result: StepResult) -> str:
     """A failed hook's output for people: pre-commit's status and detail lines left out, trimmed."""
-    if result.timed_out or result.oom_killed or result.error:
+    if result.timed_out or result.oom_killed or result.error or result.stopped_by_limit:
         return result.describe_failure()
     lines = [
         line
@@ -291,7 +291,8 @@ def _trim(lines: list[str], limit: int = MAX_HOOK_LINES) -> str:
 
 def hook_broke(result: StepResult) -> bool:
     """Whether the hook's container ended without pre-commit's verdict (0 or 1) on the hook."""
-    return bool(result.error or result.timed_out or result.oom_killed) or result.exit_code not in (
+    stopped = result.error or result.timed_out or result.oom_killed or result.stopped_by_limit
+    return bool(stopped) or result.exit_code not in (
         0,
         HOOK_FAILED_EXIT,
     )
@@ -364,7 +365,7 @@ def summarize(
     """The check's result from its rows; ``broken`` is the hook whose container gave no verdict."""
     if broken is not None:
         hook_id, result = broken
-        stopped = result.error or result.timed_out or result.oom_killed
+        stopped = result.error or result.timed_out or result.oom_killed or result.stopped_by_limit
         why = result.describe_failure() if stopped else f"pre-commit exited with {result.exit_code}"
         return PrecommitResult(
             status=CheckStatus.ERROR,
@@ -493,6 +494,9 @@ async def run_precommit(
     problem = step_problem(classified, "reading which files each hook applies to", where, None)
     if problem is not None:
         return problem
+    refused = classified.refusal(PLAN_OUT, "pre-commit's classifier answer")
+    if refused:
+        return PrecommitResult(status=CheckStatus.ERROR, message=refused, output=classified.output)
     try:
         plan = read_plan(classified.collected.get(PLAN_OUT), change.files, config_ids)
     except PlanError as exc:

@@ -52,7 +52,7 @@ def probe_step(packages: list[str], *, network: bool = False, timeout_s: float =
 
 def parse_probe(result: StepResult) -> EnvFacts:
     """EnvFacts from the probe step's output; never raises, explains in ``notes`` instead."""
-    if result.error or result.timed_out or result.oom_killed or result.cancelled:
+    if result.error or result.timed_out or result.oom_killed or result.cancelled or result.stopped_by_limit:
         return _unknown(f"the probe did not run to the end: {result.describe_failure()}")
     data = _last_json_object(result.output)
     if data is None:

@@ -6,19 +6,32 @@ the environment variable CI is set they fail instead: CI starts an engine
 missing one there is a broken pipeline, not a reason to pass silently.
 
 Use: ``from docker_support import docker_client, test_image`` in a test module, and mark its
-engine tests with ``@pytest.mark.docker``.
+engine tests with ``@pytest.mark.docker``. ``make_runner`` makes container runners of the test
+image with small limits (:data:`SMALL`), and ``workspace`` is a small committed git checkout.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
+from bot.config import Environment, ResourceLimits
+from runner.base import Step
+from runner.docker import DockerRunner
+
 TEST_IMAGE = os.environ.get("PARITYBOT_TEST_IMAGE", "paritybot-test/python:bookworm")
+# Small enough that every limit is reached in a second or two.
+SMALL = ResourceLimits(
+    memory="128m", pids=64, cpus=1, shm_size="16m", tmpfs_size="32m", workspace_size="256m"
+)
 BUILD_HINT = "start one with `scripts/docker-engine.sh start` and `eval $(scripts/docker-engine.sh env)`"
 
 
@@ -66,11 +79,67 @@ def engine_has_nvidia(client: docker.DockerClient) -> bool:
     return "nvidia" in runtimes
 
 
-def containers_of(client: docker.DockerClient, run_id: str) -> list[str]:
-    """Names of every container, running or not, labelled with ``run_id``."""
-    found = client.containers.list(all=True, filters={"label": f"paritybot.run-id={run_id}"})
+def containers_of(client: docker.DockerClient, run_id: str, role: str | None = None) -> list[str]:
+    """Names of every container, running or not, labelled with ``run_id`` (and ``role``: step, watch)."""
+    labels = [f"paritybot.run-id={run_id}", *([f"paritybot.role={role}"] if role else [])]
+    found = client.containers.list(all=True, filters={"label": labels})
     return [c.name for c in found]
 
 
 def volumes_of(client: docker.DockerClient, run_id: str) -> list[str]:
     return [v.name for v in client.volumes.list(filters={"label": f"paritybot.run-id={run_id}"})]
+
+
+def small_env(image: str, **kw: object) -> Environment:
+    """An environment of ``image`` with the :data:`SMALL` limits, no GPU; ``kw`` overrides fields."""
+    return Environment.model_validate({"name": "ci", "image": image, "gpus": "none", "limits": SMALL, **kw})
+
+
+@pytest.fixture
+async def make_runner(
+    docker_client: docker.DockerClient, test_image: str
+) -> AsyncIterator[Callable[..., DockerRunner]]:
+    """Makes runners of the test image with small limits; closes them and checks nothing is left.
+
+    Keyword arguments are Environment fields (``limits=...``) or DockerRunner options.
+    """
+    made: list[DockerRunner] = []
+
+    def make(**kw: object) -> DockerRunner:
+        env_kw = {k: v for k, v in kw.items() if k in Environment.model_fields}
+        runner_kw: dict[str, Any] = {k: v for k, v in kw.items() if k not in Environment.model_fields}
+        runner = DockerRunner(
+            small_env(test_image, **env_kw), f"t-{uuid.uuid4().hex[:12]}", docker_client, **runner_kw
+        )
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:
+        await runner.close()
+        assert containers_of(docker_client, runner.run_id) == []
+        assert volumes_of(docker_client, runner.run_id) == []
+
+
+def commit_all(ws: Path, message: str = "change") -> None:
+    """Commit everything in the checkout ``ws``, symbolic links as links."""
+    subprocess.run(["git", "-C", str(ws), "add", "-A"], check=True)
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "-C", str(ws), *identity, "commit", "-qm", message], check=True)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A committed checkout: ``pkg/mod.py`` and ``README.md``."""
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    (ws / "README.md").write_text("hello\n")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    commit_all(ws, "init")
+    return ws
+
+
+def sh(name: str, script: str, **kw: object) -> Step:
+    """A step running ``script`` with ``sh -c``; ``kw`` are other Step fields."""
+    return Step.model_validate({"name": name, "argv": ["sh", "-c", script], **kw})

@@ -11,13 +11,20 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
-import docker
 import pytest
-from docker_support import containers_of, docker_client, engine_has_nvidia, test_image, volumes_of
+from docker_support import (
+    containers_of,
+    docker_client,
+    engine_has_nvidia,
+    make_runner,
+    sh,
+    small_env,
+    test_image,
+    volumes_of,
+    workspace,
+)
 
 from bot.config import Environment, ResourceLimits
 from runner.base import RunnerError, Step, ToolStore
@@ -34,11 +41,11 @@ from runner.docker import (
     redact,
     remove_orphans,
     store_volume_name,
+    workspace_limit,
 )
 
-__all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
+__all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixtures, imported for pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SMALL = ResourceLimits(memory="128m", pids=64, cpus=1, shm_size="16m", tmpfs_size="32m")
 
 
 # --- pure helpers ----------------------------------------------------------------------------------
@@ -135,6 +142,15 @@ def test_redact_replaces_every_secret_and_ignores_tiny_ones():
     assert redact("token=abcd1234 again abcd1234 and ab", ["abcd1234", "ab"]) == "token=*** again *** and ab"
 
 
+def test_the_workspace_limit_is_a_docker_size_or_a_clear_error():
+    assert workspace_limit(Environment(name="ci", image="x")) == 10 << 30
+    assert workspace_limit(
+        Environment.model_validate({"name": "ci", "limits": {"workspace_size": "500m"}})
+    ) == (500 << 20)
+    with pytest.raises(RunnerError, match=r"environment ci: bad limits.workspace_size"):
+        workspace_limit(Environment.model_validate({"name": "ci", "limits": {"workspace_size": "lots"}}))
+
+
 GIB = 1 << 30
 
 
@@ -194,59 +210,6 @@ def test_an_environment_without_image_cannot_use_the_container_runner():
 # --- against the engine ----------------------------------------------------------------------------
 
 
-def _env(image: str, **kw: object) -> Environment:
-    return Environment.model_validate({"name": "ci", "image": image, "gpus": "none", "limits": SMALL, **kw})
-
-
-@pytest.fixture
-async def make_runner(
-    docker_client: docker.DockerClient, test_image: str
-) -> AsyncIterator[Callable[..., DockerRunner]]:
-    """Makes runners of the test image with small limits; closes them and checks nothing is left."""
-    made: list[DockerRunner] = []
-
-    def make(**kw: object) -> DockerRunner:
-        env_kw = {k: v for k, v in kw.items() if k in Environment.model_fields}
-        runner_kw: dict[str, Any] = {k: v for k, v in kw.items() if k not in Environment.model_fields}
-        runner = DockerRunner(
-            _env(test_image, **env_kw), f"t-{uuid.uuid4().hex[:12]}", docker_client, **runner_kw
-        )
-        made.append(runner)
-        return runner
-
-    yield make
-    for runner in made:
-        await runner.close()
-        assert containers_of(docker_client, runner.run_id) == []
-        assert volumes_of(docker_client, runner.run_id) == []
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    (ws / "pkg").mkdir(parents=True)
-    (ws / "pkg" / "mod.py").write_text("VALUE = 1\n")
-    (ws / "README.md").write_text("hello\n")
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    subprocess.run(["git", "-C", str(ws), "add", "."], check=True)
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(ws),
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "commit",
-            "-qm",
-            "init",
-        ],
-        check=True,
-    )
-    return ws
-
-
 def _snapshot(root: Path) -> dict[str, str]:
     """Every path under root with its content hash and mode (directories by mode only)."""
     snap = {}
@@ -255,10 +218,6 @@ def _snapshot(root: Path) -> dict[str, str]:
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
         snap[str(path.relative_to(root))] = f"{digest} {mode}"
     return snap
-
-
-def sh(name: str, script: str, **kw: object) -> Step:
-    return Step.model_validate({"name": name, "argv": ["sh", "-c", script], **kw})
 
 
 @pytest.mark.docker
@@ -301,73 +260,6 @@ async def test_missing_image_that_cannot_be_pulled_is_a_clear_error(docker_clien
     assert "paritybot-test/does-not-exist:never" in message
     assert "could not be pulled" in message
     assert len(message.splitlines()) == 1  # a sentence, not a traceback
-
-
-@pytest.mark.docker
-async def test_step_is_hardened_by_default(make_runner, workspace):
-    runner = make_runner()
-    script = (
-        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
-        'awk \'$2 == "/" { split($4, o, ","); print "root-mount-" o[1] }\' /proc/mounts; '
-        "touch /tmp/ok && echo tmp-writable; echo home=$HOME; touch $HOME/ok && echo home-writable; "
-        "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; true"
-    )
-    result = await runner.run(sh("harden", script), workspace)
-    assert result.exit_code == 0, result.output
-    lines = result.output.split()
-    assert lines[:2] == ["1000", "1000"]
-    assert "CapEff:\t0000000000000000" in result.output
-    assert "NoNewPrivs:\t1" in result.output
-    assert "root-mount-ro" in result.output.split()  # even root could not write the image's files
-    assert "tmp-writable" in result.output and "home-writable" in result.output
-    assert "64" in lines
-
-
-@pytest.mark.docker
-async def test_a_step_past_its_timeout_is_killed(make_runner, workspace, docker_client):
-    runner = make_runner()
-    result = await runner.run(sh("sleepy", "echo started; sleep 120", timeout_s=2), workspace)
-    assert result.timed_out
-    assert not result.ok
-    assert "started" in result.output
-    assert result.duration_s < 60
-    assert "timed out" in result.describe_failure()
-    assert containers_of(docker_client, runner.run_id) == []
-
-
-@pytest.mark.docker
-async def test_a_fork_bomb_is_stopped_by_the_pids_limit(make_runner, workspace):
-    runner = make_runner()
-    bomb = textwrap.dedent(
-        """
-        import os, time
-        n = 0
-        try:
-            while True:
-                if os.fork() == 0:
-                    time.sleep(600)
-                    os._exit(0)
-                n += 1
-        except OSError as exc:
-            print("fork refused after", n, "children:", exc.strerror)
-        """
-    )
-    result = await runner.run(Step(name="bomb", argv=["python3", "-c", bomb], timeout_s=60), workspace)
-    assert result.exit_code == 0, result.output
-    assert "fork refused after" in result.output
-    children = int(result.output.split("fork refused after")[1].split()[0])
-    assert children < SMALL.pids
-
-
-@pytest.mark.docker
-async def test_a_memory_hog_is_killed_and_reported_out_of_memory(make_runner, workspace):
-    runner = make_runner()
-    hog = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n"
-    result = await runner.run(Step(name="hog", argv=["python3", "-c", hog], timeout_s=120), workspace)
-    assert result.oom_killed
-    assert result.exit_code == 137
-    assert "out of memory" in result.describe_failure()
-    assert "out of memory" in result.output
 
 
 @pytest.mark.docker
@@ -444,20 +336,6 @@ async def test_workdir_is_relative_to_the_workspace(make_runner, workspace):
 
 
 @pytest.mark.docker
-async def test_long_output_is_capped_keeping_head_and_tail(make_runner, workspace):
-    runner = make_runner(output_limit=4000)
-    result = await runner.run(
-        Step(name="loud", argv=["python3", "-c", "print('FIRST'); print('x' * 200000); print('LAST')"]),
-        workspace,
-    )
-    assert result.exit_code == 0
-    assert result.output.startswith("FIRST")
-    assert result.output.rstrip().endswith("LAST")
-    assert len(result.output) < 5000
-    assert "characters cut" in result.output
-
-
-@pytest.mark.docker
 async def test_output_is_streamed_while_the_step_runs(make_runner, workspace):
     seen: list[tuple[float, str]] = []
     runner = make_runner(on_output=lambda text: seen.append((time.monotonic(), text)))
@@ -481,7 +359,7 @@ async def test_cancel_mid_step_leaves_no_container(make_runner, workspace, docke
     await runner.cancel()
     result = await asyncio.wait_for(task, timeout=30)
     assert result.cancelled and not result.ok
-    assert containers_of(docker_client, runner.run_id) == []
+    assert containers_of(docker_client, runner.run_id, role="step") == []
     later = await runner.run(sh("after", "echo never"), workspace)
     assert later.cancelled and later.exit_code is None
 
@@ -534,7 +412,7 @@ def test_orphans_of_a_killed_runner_are_removed_at_start_up(docker_client, test_
 async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_client, test_image, workspace):
     if engine_has_nvidia(docker_client):
         pytest.skip("this engine has the NVIDIA runtime; the request would succeed")
-    runner = DockerRunner(_env(test_image, gpus="all"), f"t-gpu-{uuid.uuid4().hex[:8]}", docker_client)
+    runner = DockerRunner(small_env(test_image, gpus="all"), f"t-gpu-{uuid.uuid4().hex[:8]}", docker_client)
     await runner.prepare()
     assert runner.info.gpus == "all"
     try:
@@ -542,7 +420,7 @@ async def test_gpu_request_on_an_engine_without_nvidia_fails_cleanly(docker_clie
             await runner.run(Step(name="probe", argv=["true"]), workspace)
         assert "NVIDIA" in str(err.value)
         assert "could not select device driver" in str(err.value)
-        assert containers_of(docker_client, runner.run_id) == []
+        assert containers_of(docker_client, runner.run_id, role="step") == []
     finally:
         await runner.close()
     assert volumes_of(docker_client, runner.run_id) == []
@@ -589,4 +467,29 @@ async def test_one_runner_serves_one_workspace(make_runner, workspace, tmp_path,
     other.mkdir()
     with pytest.raises(RunnerError, match="one runner serves one workspace"):
         await runner.run(sh("second", "true"), other)
-    assert containers_of(docker_client, runner.run_id) == []
+    assert containers_of(docker_client, runner.run_id, role="step") == []
+
+
+@pytest.mark.docker
+async def test_a_step_whose_workspace_watcher_dies_is_stopped_and_later_steps_refused(
+    make_runner, workspace, docker_client
+):
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
+    for _ in range(200):
+        watchers = docker_client.containers.list(
+            filters={"label": [f"paritybot.run-id={runner.run_id}", "paritybot.role=watch"]}
+        )
+        steps = containers_of(docker_client, runner.run_id, role="step")
+        if watchers and steps:
+            break
+        await asyncio.sleep(0.05)
+    assert watchers, "the watcher never started"
+    watchers[0].kill()
+    result = await asyncio.wait_for(task, timeout=30)
+    assert not result.ok and not result.timed_out
+    assert result.stopped_by_limit and result.stopped_by_limit.startswith(
+        "the workspace's size could not be watched: the watcher exited with code 137"
+    )
+    with pytest.raises(RunnerError, match="the workspace's size could not be watched"):
+        await runner.run(sh("after", "true"), workspace)

@@ -83,6 +83,24 @@ def test_a_malformed_report_is_an_error_not_an_empty_result() -> None:
         parse_junit("<testsuites><testcase name='x'>")
 
 
+def test_a_report_of_too_many_cases_is_an_error_not_a_partial_result() -> None:
+    cases = "".join(f'<testcase classname="t" name="test_{i}" file="t.py"/>' for i in range(4))
+    xml = f"<testsuites><testsuite>{cases}</testsuite></testsuites>"
+    assert len(parse_junit(xml, max_cases=4)) == 4
+    with pytest.raises(JUnitError) as err:
+        parse_junit(xml, max_cases=3)
+    assert str(err.value) == "the JUnit report has more than 3 test cases, more than paritybot reads"
+
+
+def test_cases_in_nested_suites_are_all_read() -> None:
+    xml = (
+        '<testsuites><testsuite name="outer"><testcase name="a" file="a.py" classname="a"/>'
+        '<testsuite name="inner"><testcase name="b" file="b.py" classname="b"/></testsuite>'
+        '<testcase name="c" file="c.py" classname="c"/></testsuite></testsuites>'
+    )
+    assert [c.nodeid for c in parse_junit(xml)] == ["a.py::a", "b.py::b", "c.py::c"]
+
+
 def test_the_worse_outcome_wins_when_an_id_repeats() -> None:
     xml = (
         "<testsuites><testsuite>"
