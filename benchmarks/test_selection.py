@@ -41,11 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.config import TestSettings  # noqa: E402
-from runner.coverage_map import CoverageMap, coverage_map_from_step, coverage_step  # noqa: E402
-from runner.host import HostRunner  # noqa: E402
-from runner.import_graph import is_conftest, is_test_file, python_files  # noqa: E402
-from runner.selection import Signal, parse_collect_only, select_tests  # noqa: E402
+from bot.core.config import TestSettings  # noqa: E402
+from runner.backends.host import HostRunner  # noqa: E402
+from runner.selection.coverage_map import CoverageMap, coverage_map_from_step, coverage_step  # noqa: E402
+from runner.selection.import_graph import is_conftest, is_test_file, python_files  # noqa: E402
+from runner.selection.select import Signal, parse_collect_only, select_tests  # noqa: E402
 
 _TIMING_PLUGIN = """
 import json, os, time

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gidgethub import routing, sansio
 
 from handlers.context import HandlerContext
+from handlers.decisions.trust import pr_facts_from_payload
 from handlers.runs import gate_untrusted, load_config, request_from_pr, start_runs
-from handlers.trust import pr_facts_from_payload
 
 router = routing.Router()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gidgethub import routing, sansio
 
 from handlers.context import HandlerContext
+from handlers.decisions.trust import pr_facts_from_payload
 from handlers.runs import gate_untrusted, load_config, request_from_pr, start_runs
-from handlers.trust import pr_facts_from_payload
 
 router = routing.Router()
 
@@ -33,4 +33,4 @@ async def pr_has_new_code(event: sansio.Event, ctx: HandlerContext) -> None:
 @router.register("pull_request", action="converted_to_draft")
 async def pr_stopped(event: sansio.Event, ctx: HandlerContext) -> None:
     pull = event.data["pull_request"]
-    await ctx.scheduler.cancel(ctx.reporter, event.data["repository"]["full_name"], int(pull["number"]))
+    await ctx.scheduler.cancel(event.data["repository"]["full_name"], int(pull["number"]))

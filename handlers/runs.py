@@ -7,18 +7,19 @@ calls those decisions need and hands the result to the scheduler.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from bot.config import ConfigError, RepoConfig
-from bot.github_queries import fetch_repo_config, lookup_user_facts
-from bot.models import RunRequest, RunScope
-from bot.report import Stage, render_awaiting_approval_output
-from bot.store import Job
+from bot.core.config import ConfigError, RepoConfig
+from bot.core.kinds import Stage
+from bot.core.models import RunRequest, RunScope
+from bot.render.check_runs import render_awaiting_approval_output
 from handlers.context import HandlerContext
-from handlers.environments import choose_environments
-from handlers.trust import Approval, PrFacts, decide_pr_run, needs_lookup, untrusted_pr_note
+from handlers.decisions.environments import choose_environments
+from handlers.decisions.trust import Approval, PrFacts, decide_pr_run, needs_lookup, untrusted_pr_note
+from handlers.queries import fetch_repo_config, lookup_user_facts
 
 log = structlog.get_logger(__name__)
 
@@ -73,7 +74,7 @@ async def start_runs(
     *,
     trigger_key: str,
     explicit_envs: list[str] | None = None,
-) -> list[Job]:
+) -> Sequence[object]:
     """Supersede older runs of the PR, then queue one run per chosen environment."""
     choice = choose_environments(config, request.base_ref, request.labels, explicit_envs or [])
     if choice.errors:
@@ -81,8 +82,8 @@ async def start_runs(
             await ctx.reporter.reply(request.repo, request.pr_number, "\n".join(choice.errors))
         return []
     if request.pr_number is not None:
-        await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
-    return await ctx.scheduler.schedule(ctx.reporter, request, config, choice.environments, trigger_key)
+        await ctx.scheduler.cancel(request.repo, request.pr_number, keep_sha=request.head_sha)
+    return await ctx.scheduler.schedule(request, config, choice.environments, trigger_key)
 
 
 async def gate_untrusted(
@@ -101,7 +102,7 @@ async def gate_untrusted(
         return request.model_copy(update={"author_trusted": decision.author_trusted})
     log.info("run waits for approval", reason=decision.reason)
     # The older commit's runs must not go on once an untrusted author pushes new code.
-    await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
+    await ctx.scheduler.cancel(request.repo, request.pr_number, keep_sha=request.head_sha)
     if ctx.reporter is not None:
         note = untrusted_pr_note(config.trust, pr, approvals)
         await ctx.reporter.refresh_summary(

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from sample_repo import BROKEN_TEST, git, make_sample_repo, tool_env
 
-from runner.repro import ReproContext, repro_commands
+from runner.checks.repro import ReproContext, repro_commands
 
 SHA = "1d574a6d9ec97083d9bf81cecb48627fb856d91d"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import Settings, SettingsError, load_settings
+from bot.service.settings import Settings, SettingsError, load_settings
 
-CLI = [sys.executable, "-m", "bot.cli"]
+CLI = [sys.executable, "-m", "bot.cli.main"]
 
 
 def run_cli(
@@ -137,7 +137,7 @@ def test_check_outside_a_repository_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_recorded_coverage_map_drives_select_tests_and_check(tmp_path: Path) -> None:
-    from bot.demo import BROKEN_TEST, make_demo_repo
+    from bot.cli.demo import BROKEN_TEST, make_demo_repo
 
     demo = make_demo_repo(tmp_path)
     done = run_cli("coverage-map", "--repo", str(demo.path), "--rev", demo.base_sha, "--runner", "host")
