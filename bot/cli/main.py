@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from bot.core.config import ConfigError, RepoConfig, parse_repo_config
 from bot.service.logs import configure_logging
 from bot.service.settings import SettingsError, load_settings
+from bot.service.store.protocol import StoreError
 
 if TYPE_CHECKING:
     from runner.backends.base import RunnerFactory
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except (SettingsError, ConfigError) as exc:
+    except (SettingsError, ConfigError, StoreError) as exc:
         print(f"paritybot: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

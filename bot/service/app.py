@@ -22,6 +22,7 @@ from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
+from bot.service.store.protocol import Store
 from bot.service.store.sqlite import SQLiteStore
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
@@ -77,7 +78,7 @@ class Service:
     """Everything `serve` runs, so tests can start and stop the same thing in-process."""
 
     settings: Settings
-    store: SQLiteStore
+    store: Store
     dispatcher: Dispatcher
     workers: WorkerPool
     session: aiohttp.ClientSession

@@ -17,8 +17,8 @@ import structlog
 from gidgethub import sansio
 from gidgethub.routing import Router
 
-from bot.service.store.records import Delivery
-from bot.service.store.sqlite import SQLiteStore
+from bot.service.store.protocol import Store
+from bot.service.store.records import Delivery, DeliveryStatus
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +30,7 @@ RETRY_BASE_DELAY_S = 5.0
 class Dispatcher:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         router: Router,
         context_factory: ContextFactory,
         wake: asyncio.Event | None = None,
@@ -87,9 +87,10 @@ class Dispatcher:
         except Exception as exc:
             attempts = delivery.attempts + 1
             log.exception("delivery handling failed", attempt=attempts)
-            status = "failed" if attempts >= MAX_DELIVERY_ATTEMPTS else "received"
-            if status == "failed":
-                await asyncio.to_thread(self._store.finish_delivery, delivery.delivery_id, status, repr(exc))
+            if attempts >= MAX_DELIVERY_ATTEMPTS:
+                await asyncio.to_thread(
+                    self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.FAILED, repr(exc)
+                )
             else:
                 # GitHub's hiccups pass: wait longer after each failure (5 s, then 20 s).
                 delay = self.retry_base_delay_s * 4 ** (attempts - 1)
@@ -97,7 +98,9 @@ class Dispatcher:
                     self._store.retry_delivery_later, delivery.delivery_id, repr(exc), delay
                 )
         else:
-            await asyncio.to_thread(self._store.finish_delivery, delivery.delivery_id, "dispatched")
+            await asyncio.to_thread(
+                self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.DISPATCHED
+            )
             log.info("delivery handled")
         finally:
             structlog.contextvars.unbind_contextvars("delivery_id", "event", "action", "repo")

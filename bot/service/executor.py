@@ -11,13 +11,13 @@ from typing import Any
 import structlog
 
 from bot.core.config import RepoConfig
-from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
+from bot.core.models import RunKind, RunReport, RunState, TestOutcome
 from bot.core.verdict import Verdict, verdict
 from bot.render.check_runs import render_check_runs, render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.store.sqlite import SQLiteStore
 from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
 
 log = structlog.get_logger(__name__)
@@ -30,7 +30,7 @@ REACTION_FAILED = "confused"
 class RunExecutor:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         runner_factory: RunnerFactory,
         *,
         workspace_root: Path,
@@ -108,13 +108,13 @@ class RunExecutor:
             return job.report_without_results(
                 RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
             )
-        baseline_json = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
+        baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
         deps = PipelineDeps(
             runner_factory=self.runner_factory,
             workspace_root=self.workspace_root,
             cache_root=self.cache_root,
             token=token,
-            baseline=EnvFacts.model_validate_json(baseline_json) if baseline_json else None,
+            baseline=baseline,
         )
         pipeline = Pipeline(job.request, config, environment, job.id, deps)
         run = asyncio.create_task(pipeline.execute())
@@ -135,9 +135,7 @@ class RunExecutor:
             and report.probe is not None
             and report.state == RunState.SUCCEEDED
         ):
-            await asyncio.to_thread(
-                self.store.save_baseline, job.repo, job.environment, report.probe.model_dump_json()
-            )
+            await asyncio.to_thread(self.store.save_baseline, job.repo, job.environment, report.probe)
         if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
             return
         failed = sorted(

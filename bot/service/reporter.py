@@ -29,8 +29,8 @@ from bot.render.comment import (
     render_comment,
     render_pr_comment,
 )
+from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.store.sqlite import SQLiteStore
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,7 @@ def _worst(verdicts: list[Verdict]) -> Verdict:
 
 
 class GitHubReporter:
-    def __init__(self, gh: GitHubAPI, store: SQLiteStore, locks: PrLocks, bot_login: str):
+    def __init__(self, gh: GitHubAPI, store: Store, locks: PrLocks, bot_login: str):
         self.gh = gh
         self.store = store
         self.locks = locks

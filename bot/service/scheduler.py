@@ -17,8 +17,8 @@ from bot.core.config import Environment, RepoConfig
 from bot.core.models import RunRequest, RunState
 from bot.render.check_runs import render_check_runs, render_queued_output
 from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.store.sqlite import SQLiteStore
 
 log = structlog.get_logger(__name__)
 
@@ -31,7 +31,7 @@ def dedupe_key(request: RunRequest, environment: str, trigger_key: str) -> str:
 class Scheduler:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         locks: PrLocks,
         reporter: GitHubReporter | None,
         wake: Callable[[], None] = lambda: None,

@@ -1,7 +1,7 @@
 """The in-process worker pool: takes queued jobs from the store and executes them.
 
 Jobs are claimed in the store (``queued`` → ``running``) before they start, so a crash leaves a
-trace that :meth:`bot.service.store.sqlite.SQLiteStore.recover` turns back into a queued job at the next
+trace that the store's ``recover`` turns back into a queued job at the next
 start. Cancellation is a flag in the store, so the same mechanism works when the job runs on
 another host: the worker polls it and stops the pipeline within a second or two.
 """
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from bot.core.models import RunState
+from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.store.sqlite import SQLiteStore
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +26,7 @@ JobExecutor = Callable[[Job, asyncio.Event], Awaitable[None]]
 class WorkerPool:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         execute: JobExecutor,
         *,
         concurrency: int = 2,

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from bot.core.models import RunReport, RunRequest, RunState
 
 
+class DeliveryStatus(StrEnum):
+    """``received`` until its handlers finished (``dispatched``) or gave up (``failed``)."""
+
+    RECEIVED = "received"
+    DISPATCHED = "dispatched"
+    FAILED = "failed"
+
+
 class Delivery(BaseModel):
+    """A webhook delivery committed before its 202, waiting for (or done with) its handlers."""
+
     delivery_id: str
     event: str
     body: bytes

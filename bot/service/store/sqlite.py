@@ -1,89 +1,30 @@
-"""The embedded store and queue: one SQLite file in WAL mode.
+"""The embedded store and queue: one SQLite file in WAL mode, and all of its SQL.
 
-Calls are synchronous and short; async callers run them with ``asyncio.to_thread``. One connection
-guarded by a lock is plenty for one process, the webhook intake included: its one INSERT per
-delivery waits for the disk, not for the lock (see docs/intake.md).
+One connection guarded by a lock serves the whole process, the webhook intake included: its one
+INSERT per delivery waits for the disk, not for the lock (see docs/intake.md).
+
+The schema is built and upgraded by the numbered files in ``migrations/``, applied at start-up in
+order, each in one transaction with the version it reaches (``PRAGMA user_version``). A database
+newer than this code is refused, with a line saying so, rather than half understood.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from pathlib import Path
 
-from bot.core.models import RunReport, RunRequest, RunState
-from bot.service.store.records import Delivery, Job, PullState
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS deliveries (
-    delivery_id TEXT PRIMARY KEY,
-    event TEXT NOT NULL,
-    body BLOB NOT NULL,
-    received_at TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'received',
-    attempts INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    not_before TEXT
-);
-CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries(status) WHERE status = 'received';
-CREATE TABLE IF NOT EXISTS installations (
-    installation_id INTEGER PRIMARY KEY,
-    account TEXT NOT NULL,
-    action TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    queue TEXT NOT NULL,
-    repo TEXT NOT NULL,
-    pr_number INTEGER,
-    head_sha TEXT NOT NULL,
-    environment TEXT NOT NULL,
-    request TEXT NOT NULL,
-    dedupe_key TEXT NOT NULL UNIQUE,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    check_runs TEXT NOT NULL DEFAULT '{}',
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    created_at TEXT NOT NULL,
-    started_at TEXT,
-    finished_at TEXT,
-    error TEXT,
-    report TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, queue, seq);
-CREATE INDEX IF NOT EXISTS jobs_pr ON jobs(repo, pr_number);
-CREATE TABLE IF NOT EXISTS pulls (
-    repo TEXT NOT NULL,
-    pr_number INTEGER NOT NULL,
-    comment_id INTEGER,
-    comment_body_hash TEXT,
-    last_verdict TEXT,
-    failed_tests TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (repo, pr_number)
-);
-CREATE TABLE IF NOT EXISTS approvals (
-    repo TEXT NOT NULL,
-    pr_number INTEGER NOT NULL,
-    sha TEXT NOT NULL,
-    approver TEXT NOT NULL,
-    approved_at TEXT NOT NULL,
-    PRIMARY KEY (repo, pr_number, sha, approver)
-);
-CREATE TABLE IF NOT EXISTS baselines (
-    repo TEXT NOT NULL,
-    environment TEXT NOT NULL,
-    facts TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (repo, environment)
-);
-"""
+from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.protocol import StoreError
+from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
 
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
 
@@ -103,12 +44,113 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+@dataclass(frozen=True, order=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+_MIGRATION_FILE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+
+
+def migrations() -> list[Migration]:
+    """The numbered files of ``migrations/``, in order; their numbers run 1, 2, 3… without a gap."""
+    folder = resources.files("bot.service.store").joinpath("migrations")
+    found = sorted(
+        Migration(int(m[1]), entry.name, entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if (m := _MIGRATION_FILE.fullmatch(entry.name))
+    )
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise StoreError(f"migrations are not numbered 1..{len(found)}: {[m.name for m in found]}")
+    return found
+
+
+def _statements(sql: str) -> list[str]:
+    """The statements of a migration file, each complete as SQLite reads it."""
+    statements, current = [], ""
+    for line in sql.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip() and not all(
+        part.strip().startswith("--") or not part.strip() for part in current.splitlines()
+    ):
+        raise StoreError(f"an incomplete statement at the end of a migration: {current.strip()[:80]!r}")
+    return statements
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring the database to the newest schema; returns its version. StoreError when it is newer.
+
+    Each migration and the version it reaches commit together, so a crash midway leaves the
+    database at the previous version, to be migrated again at the next start. A second process
+    starting at the same time waits for the lock, then finds nothing left to do.
+    """
+    known = migrations()
+    latest = known[-1].version
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if current > latest:
+            raise StoreError(
+                f"{path}: the database is at schema version {current}, newer than this paritybot's "
+                f"{latest}: it was written by a newer release. Run that release (or newer), or restore "
+                "the backup taken before the upgrade; nothing was changed"
+            )
+        for migration in known[current:]:
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {migration.version}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    _check_tables(conn, path, known)
+    return latest
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+
+
+def _check_tables(conn: sqlite3.Connection, path: Path, known: list[Migration]) -> None:
+    """Every table and column the migrations make is there: a database made before the first
+    schema with migrations would otherwise fail later, at the first query that needs the column."""
+    fresh = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for migration in known:
+            for statement in _statements(migration.sql):
+                fresh.execute(statement)
+        wanted = _columns(fresh)
+    finally:
+        fresh.close()
+    have = _columns(conn)
+    missing = sorted(
+        f"{table}.{column}" for table, cols in wanted.items() for column in cols - have.get(table, set())
+    )
+    if missing:
+        raise StoreError(
+            f"{path}: the database lacks {', '.join(missing)}: it was made by a paritybot older than "
+            "its first release with a versioned schema; start from a new database file"
+        )
+
+
 class SQLiteStore:
+    """:class:`bot.service.store.protocol.Store` on one SQLite file."""
+
     def __init__(self, path: Path):
         self.path = path
         self._conn = connect(path)
         self._lock = threading.Lock()
-        self._conn.executescript(SCHEMA)
+        try:
+            self.schema_version = migrate(self._conn, path)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -161,11 +203,11 @@ class SQLiteStore:
             for r in rows
         ]
 
-    def finish_delivery(self, delivery_id: str, status: str, error: str | None = None) -> None:
+    def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
         with self._tx() as c:
             c.execute(
                 "UPDATE deliveries SET status = ?, error = ?, attempts = attempts + 1 WHERE delivery_id = ?",
-                (status, error, delivery_id),
+                (status.value, error, delivery_id),
             )
 
     def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
@@ -177,15 +219,18 @@ class SQLiteStore:
                 (error, not_before, delivery_id),
             )
 
-    def delivery_status(self, delivery_id: str) -> str | None:
+    def delivery_status(self, delivery_id: str) -> DeliveryStatus | None:
         rows = self._query("SELECT status FROM deliveries WHERE delivery_id = ?", (delivery_id,))
-        return rows[0]["status"] if rows else None
+        return DeliveryStatus(rows[0]["status"]) if rows else None
 
     def delivery_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
 
-    def delivery_status_count(self, status: str) -> int:
-        return int(self._query("SELECT count(*) AS n FROM deliveries WHERE status = ?", (status,))[0]["n"])
+    def delivery_status_count(self, status: DeliveryStatus) -> int:
+        rows = self._query(
+            "SELECT count(*) AS n FROM deliveries WHERE status = ?", (DeliveryStatus(status).value,)
+        )
+        return int(rows[0]["n"])
 
     # installations --------------------------------------------------------------------------------
 
@@ -393,16 +438,16 @@ class SQLiteStore:
 
     # baselines ------------------------------------------------------------------------------------
 
-    def save_baseline(self, repo: str, environment: str, facts_json: str) -> None:
+    def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None:
         with self._tx() as c:
             c.execute(
                 "INSERT INTO baselines VALUES (?, ?, ?, ?) ON CONFLICT(repo, environment) DO UPDATE "
                 "SET facts = excluded.facts, updated_at = excluded.updated_at",
-                (repo, environment, facts_json, _now()),
+                (repo, environment, facts.model_dump_json(), _now()),
             )
 
-    def baseline(self, repo: str, environment: str) -> str | None:
+    def baseline(self, repo: str, environment: str) -> EnvFacts | None:
         rows = self._query(
             "SELECT facts FROM baselines WHERE repo = ? AND environment = ?", (repo, environment)
         )
-        return rows[0]["facts"] if rows else None
+        return EnvFacts.model_validate_json(rows[0]["facts"]) if rows else None
