@@ -102,8 +102,8 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         ctx,
         request,
         config,
+        choice.environments,
         trigger_key=f"comment-{comment_id}-{hashlib.sha256(body.encode()).hexdigest()[:12]}",
-        explicit_envs=command.envs,
     )
     log.info("retest requested", scope=command.scope.value, runs=len(jobs))
 
