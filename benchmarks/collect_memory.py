@@ -81,7 +81,7 @@ async def child(image: str, mb: int, case_bytes: int) -> dict[str, object]:
     runner = DockerRunner(env, f"bench-{uuid.uuid4().hex[:8]}", client)
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
         workspace = Path(tmp)
-        repro = ReproContext(head_sha=make_workspace(workspace), repo="bench/bench", runner_kind="docker")
+        repro = ReproContext(head_sha=make_workspace(workspace), repo="bench/bench")
         await runner.prepare()
         started = time.perf_counter()
         try:

@@ -8,7 +8,6 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +40,7 @@ from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
+from runner.git import GitError, git
 from runner.parity import build_parity, reference_from_config
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
@@ -266,13 +266,13 @@ class Pipeline:
         """
         assert ws.base_sha is not None
         store = CoverageMapStore(self._coverage_dir())
-        history = subprocess.run(
-            ["git", "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha],
-            cwd=ws.path,
-            capture_output=True,
-            text=True,
-        )
-        for sha in history.stdout.split() or [ws.base_sha]:
+        try:
+            history = git(
+                ws.path, "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha
+            )
+        except GitError:
+            history = ""
+        for sha in history.split() or [ws.base_sha]:
             cmap = store.load(sha)
             if cmap is not None:
                 return cmap
@@ -302,7 +302,6 @@ class Pipeline:
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
-            runner_kind=info.kind,
             setup=list(self.environment.setup),
             docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )

@@ -27,6 +27,7 @@ from docker_support import (
 )
 
 from bot.core.config import Environment, ResourceLimits
+from bot.core.secrets import redact
 from runner.backends.base import RunnerError, Step, ToolStore
 from runner.backends.docker import (
     DockerRunner,
@@ -38,7 +39,6 @@ from runner.backends.docker import (
     human_size,
     parse_user,
     pick_repo_digest,
-    redact,
     remove_orphans,
     store_volume_name,
     workspace_limit,

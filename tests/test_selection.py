@@ -18,7 +18,7 @@ from bot.cli.select_tests import select_tests_main
 from bot.core.config import TestSettings
 from bot.core.models import Selection
 from bot.service.logs import configure_logging
-from runner.gitdiff import GitDiffError
+from runner.git import GitError
 from runner.selection.coverage_map import CoverageMap, CoverageMapStore
 from runner.selection.select import (
     Signal,
@@ -258,7 +258,7 @@ def test_a_deleted_test_is_not_selected_from_an_older_map(sample: Sample) -> Non
 
 
 def test_unknown_revision_is_a_git_error(sample: Sample) -> None:
-    with pytest.raises(GitDiffError, match="no-such-branch"):
+    with pytest.raises(GitError, match="no-such-branch"):
         sample.select("no-such-branch")
 
 

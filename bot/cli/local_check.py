@@ -9,7 +9,6 @@ and says so before anything runs.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -33,6 +32,7 @@ from bot.render.comment import render_comment
 from runner import gitdiff
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
 from runner.backends.choice import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
+from runner.git import GitError, git
 from runner.pipeline import Pipeline, PipelineDeps
 
 
@@ -41,11 +41,10 @@ class CheckError(Exception):
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if done.returncode != 0:
-        message = done.stderr.strip().splitlines()
-        raise CheckError(f"git {args[0]} in {repo}: {message[-1] if message else done.returncode}")
-    return done.stdout.strip()
+    try:
+        return git(repo, *args)
+    except GitError as exc:
+        raise CheckError(f"git {args[0]} in {repo}: {exc.last_line}") from None
 
 
 def default_base(repo: Path) -> str:

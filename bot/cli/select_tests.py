@@ -10,7 +10,8 @@ from pathlib import Path
 from bot.core.config import CONFIG_PATH, ConfigError, parse_repo_config
 from bot.core.models import Selection
 from runner import gitdiff
-from runner.gitdiff import GitDiffError, UnsafeFileError
+from runner.git import GitError
+from runner.gitdiff import UnsafeFileError
 from runner.selection.coverage_map import CoverageMapStore
 from runner.selection.select import select_tests
 
@@ -33,7 +34,7 @@ def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> 
         store = CoverageMapStore(default_coverage_dir(root))
         cmap = store.load(base_sha) if settings.use_coverage_map else None
         selection = select_tests(root, base_sha, head, settings, cmap)
-    except (GitDiffError, UnsafeFileError, ConfigError) as exc:
+    except (GitError, UnsafeFileError, ConfigError) as exc:
         print(f"paritybot select-tests: {exc}", file=sys.stderr)
         return 2
     if as_json:

@@ -109,12 +109,7 @@ def in_progress_title(step: str | None = None) -> str:
     return f"Running {step}…" if step else "Preparing the environment…"
 
 
-def render_queued_output(
-    environment: str,
-    *,
-    queue_position: int | None = None,
-    kinds: Sequence[CheckKind] = CHECK_KINDS,
-) -> list[CheckRunOutput]:
+def render_queued_output(environment: str, *, queue_position: int | None = None) -> list[CheckRunOutput]:
     """The check runs created when a run is queued, one per check, status ``queued``."""
     place = f"#{md.ZWSP}{queue_position:,} in the GPU queue" if queue_position else "Waiting for a GPU runner"
     summary = f"Queued in environment {md.code(environment)}. This check updates when the run starts."
@@ -122,16 +117,11 @@ def render_queued_output(
         CheckRunOutput(
             kind=k, name=check_run_name(k, environment), status="queued", title=place, summary=summary
         )
-        for k in kinds
+        for k in CHECK_KINDS
     ]
 
 
-def render_in_progress_output(
-    environment: str,
-    *,
-    step: str | None = None,
-    kinds: Sequence[CheckKind] = CHECK_KINDS,
-) -> list[CheckRunOutput]:
+def render_in_progress_output(environment: str, *, step: str | None = None) -> list[CheckRunOutput]:
     """The check runs once the run has started, before any check has a result."""
     summary = f"Running in environment {md.code(environment)}."
     return [
@@ -142,36 +132,28 @@ def render_in_progress_output(
             title=in_progress_title(step),
             summary=summary,
         )
-        for k in kinds
+        for k in CHECK_KINDS
     ]
 
 
-def render_awaiting_approval_output(
-    environment: str, *, reason: str, kinds: Sequence[CheckKind] = CHECK_KINDS
-) -> list[CheckRunOutput]:
+def render_awaiting_approval_output(environment: str, *, reason: str) -> list[CheckRunOutput]:
     """``action_required``: nothing runs until someone trusted approves this commit."""
     summary = limits.truncate(reason, limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN)
-    return _completed_before_running(environment, kinds, "action_required", "Waiting for approval", summary)
+    return _completed_before_running(environment, "action_required", "Waiting for approval", summary)
 
 
-def render_config_error_output(
-    environment: str,
-    *,
-    problems: Sequence[str],
-    path: str = CONFIG_PATH,
-    kinds: Sequence[CheckKind] = CHECK_KINDS,
-) -> list[CheckRunOutput]:
+def render_config_error_output(environment: str, *, problems: Sequence[str]) -> list[CheckRunOutput]:
     """``failure`` on every check: a broken config runs nothing, and must not look like a pass."""
     listed = "\n".join(f"- {md.prose(p)}" for p in problems) or "- the file could not be read"
     summary = limits.truncate(
-        f"paritybot could not read {md.code(path)}, so nothing ran:\n\n{listed}",
+        f"paritybot could not read {md.code(CONFIG_PATH)}, so nothing ran:\n\n{listed}",
         limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN,
     )
-    return _completed_before_running(environment, kinds, "failure", f"Invalid {path}", summary)
+    return _completed_before_running(environment, "failure", f"Invalid {CONFIG_PATH}", summary)
 
 
 def _completed_before_running(
-    environment: str, kinds: Sequence[CheckKind], conclusion: Conclusion, title: str, summary: str
+    environment: str, conclusion: Conclusion, title: str, summary: str
 ) -> list[CheckRunOutput]:
     """Every check completed the same way, without a run: nothing ran, and each check says why."""
     return [
@@ -183,7 +165,7 @@ def _completed_before_running(
             title=title,
             summary=summary,
         )
-        for k in kinds
+        for k in CHECK_KINDS
     ]
 
 

@@ -163,7 +163,7 @@ def _comment_head(
         # One paragraph, one line each: Markdown would otherwise run them together.
         info = [about_line(report, check_run_url), _not_run_line(report)]
         if stage != Stage.DONE:
-            info.insert(0, _results_caption(report, stage) + " " + verdict_line(report, stage))
+            info.insert(0, _results_caption(stage) + " " + verdict_line(report, stage))
         blocks.append("<br>\n".join(line for line in info if line))
     if notice:
         notice = limits.truncate(notice.strip(), limits.COMMENT_NOTICE_CHARS)
@@ -210,7 +210,7 @@ def _running_now(report: RunReport | None) -> str:
     return pending + (f" ({', '.join(done)} done)" if done else "")
 
 
-def _results_caption(report: RunReport, stage: Stage) -> str:
+def _results_caption(stage: Stage) -> str:
     if stage == Stage.QUEUED:
         return "**Last run:**"
     if stage == Stage.CANCELLED:

@@ -56,12 +56,12 @@ class RunExecutor:
     async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
         reporter, token = await self._reporter(job)
         pr = job.pr_number
-        await _reported("queue positions", self._refresh_waiting(job))
+        await _send_reports("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
             job = fresh or job
-            await _reported(
+            await _send_reports(
                 "start",
                 reporter.update_check_runs(
                     job.repo, job.check_runs, render_in_progress_output(job.environment)
@@ -73,7 +73,7 @@ class RunExecutor:
         await self._remember(job, report)
         log.info("run finished", state=report.state.value, error=report.error)
         if reporter is not None and pr is not None:
-            await _reported(
+            await _send_reports(
                 "result",
                 reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
                 reporter.refresh_summary(job.repo, pr),
@@ -81,7 +81,7 @@ class RunExecutor:
             if job.request.comment_id is not None and report.state != RunState.CANCELLED:
                 good = report.state == RunState.SUCCEEDED and not _has_failures(report)
                 content = REACTION_PASSED if good else REACTION_FAILED
-                await _reported("reaction", reporter.react(job.repo, job.request.comment_id, content))
+                await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
 
     async def _refresh_waiting(self, started: Job) -> None:
         """Everyone behind a run that starts moved up one place: their summaries say so.
@@ -147,7 +147,7 @@ class RunExecutor:
             await asyncio.to_thread(self.store.save_pull_state, state)
 
 
-async def _reported(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
+async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
     """Send reports one after another; a GitHub error is logged, and never loses the run's result,
     which is in the store already and is sent again at the next refresh of the PR."""
     for i, call in enumerate(calls):

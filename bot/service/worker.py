@@ -51,7 +51,7 @@ class WorkerPool:
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._loop(i), name=f"worker-{i}") for i in range(self._concurrency)
+            asyncio.create_task(self._loop(), name=f"worker-{i}") for i in range(self._concurrency)
         ]
 
     async def stop(self) -> None:
@@ -64,7 +64,7 @@ class WorkerPool:
                 await task
         self._tasks = []
 
-    async def _loop(self, index: int) -> None:
+    async def _loop(self) -> None:
         while not self._stopping:
             job = await asyncio.to_thread(self._store.claim, self._queues)
             if job is None:

@@ -7,7 +7,7 @@ backend ran them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +20,6 @@ from bot.core.config import Environment
 SCRATCH_DIR = ".paritybot"
 # The most of one collected file the bot reads unless a step sets its own cap (see runner.backends.collect).
 COLLECT_MAX_BYTES = 64_000_000
-SECRET_MIN_LEN = 4  # shorter "secrets" would blank out ordinary words
 
 
 class ToolStore(BaseModel):
@@ -178,13 +177,6 @@ class RunnerRequest:
 
 
 RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every configured secret with ``***``; longest first, so no secret is half-hidden."""
-    for secret in sorted({s for s in secrets if len(s) >= SECRET_MIN_LEN}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def cap_output(text: str, limit: int = 200_000) -> str:

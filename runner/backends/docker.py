@@ -61,15 +61,14 @@ from bot.core.config import (
     Environment,
     ResourceLimits,
 )
+from bot.core.secrets import SECRET_MIN_LEN, redact
 from runner.backends.base import (
     COLLECT_MAX_BYTES,
-    SECRET_MIN_LEN,
     RunnerError,
     RunnerInfo,
     Step,
     StepResult,
     ToolStore,
-    redact,
 )
 from runner.backends.collect import CollectRefused, check_archive_stat, collect_files, read_archive_file
 from runner.backends.workspace_watch import WorkspaceWatch

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import structlog
 
-from runner.backends.base import RunnerInfo, Step, StepResult, ToolStore, cap_output, redact
+from bot.core.secrets import redact
+from runner.backends.base import RunnerInfo, Step, StepResult, ToolStore, cap_output
 from runner.backends.collect import collect_files, read_host_file
 
 log = structlog.get_logger(__name__)

@@ -33,7 +33,8 @@ from runner.checks.api_surface import (
     module_name,
     public_api,
 )
-from runner.gitdiff import ChangedFile, FileStatus, GitDiffError
+from runner.git import GitError
+from runner.gitdiff import ChangedFile, FileStatus
 
 log = structlog.get_logger(__name__)
 
@@ -355,7 +356,7 @@ def check_docstrings(repo: Path, base: str, head: str, settings: DocstringSettin
         style: str = settings.style
         if style == "auto":
             style = _detect_style(repo, head, settings.exclude, new_texts)
-    except GitDiffError as exc:
+    except GitError as exc:
         log.warning("docstrings.git_failed", error=str(exc))
         return DocstringResult(status=CheckStatus.ERROR, message=str(exc))
     findings: list[Finding] = []

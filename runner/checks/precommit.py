@@ -44,9 +44,9 @@ import structlog
 from bot.core.models import CheckStatus, HookResult, HookStatus, PrecommitResult
 from runner.backends.base import SCRATCH_DIR, Runner, RunnerInfo, Step, StepResult, ToolStore
 from runner.checks.precommit_script import INSTALLED_MARK
+from runner.git import GitError
 from runner.gitdiff import (
     FileStatus,
-    GitDiffError,
     UnsafeFileError,
     changed_files,
     merge_base,
@@ -434,11 +434,11 @@ def read_change(workspace: Path, base: str, head: str) -> Change:
     for rev in (base, head):
         try:
             read_files(workspace, rev, [])
-        except GitDiffError:
+        except GitError:
             raise ChangeError(f"commit {rev} is not in the workspace") from None
     try:
         base_point = merge_base(workspace, base, head)
-    except GitDiffError:
+    except GitError:
         base_point = base  # a shallow clone: compare with the base itself, as the diff would
     files = [f.path for f in changed_files(workspace, base_point, head) if f.status != FileStatus.DELETED]
     return Change(merge_base=base_point, files=files)
@@ -477,7 +477,7 @@ async def run_precommit(
         config_ids = config_hook_ids(config_text)
     except (UnsafeFileError, ChangeError, PlanError) as exc:
         return PrecommitResult(status=CheckStatus.ERROR, message=str(exc))
-    except GitDiffError as exc:
+    except GitError as exc:
         return PrecommitResult(
             status=CheckStatus.ERROR, message=f"commit {head} is not in the workspace: {exc}"
         )

@@ -36,9 +36,6 @@ class ReproContext(BaseModel):
         default_factory=list, description="extra docker run options that change behaviour (--shm-size 8g)"
     )
     workdir: str = Field(DEFAULT_WORKDIR, description="where the clone is mounted in the container")
-    runner_kind: str = Field(
-        "host", description="the runner kind that ran the tests; the command's form follows image_ref"
-    )
 
     @model_validator(mode="after")
     def _check(self) -> ReproContext:

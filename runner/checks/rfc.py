@@ -286,7 +286,7 @@ def collect_rfc_inputs(
     docstring and pre-commit checks report them).
 
     Raises:
-        GitDiffError: a revision is unknown.
+        GitError: a revision is unknown.
     """
     start = gitdiff.merge_base(repo, base, head)
     changed = gitdiff.changed_files(repo, start, head)

@@ -841,7 +841,7 @@ def select_tests(
     tests, never fewer).
 
     Raises:
-        GitDiffError: a revision is unknown or git failed.
+        GitError: a revision is unknown or git failed.
     """
     repo = Path(repo)
     head_sha = gitdiff.merge_base(repo, head, head)  # the merge base of a commit with itself: its sha

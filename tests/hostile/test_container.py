@@ -226,7 +226,7 @@ async def test_a_300_mb_junit_report_is_refused_unread(make_runner: MakeRunner, 
     (workspace / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
     commit_all(workspace)
     head = subprocess.run(["git", "-C", str(workspace), "rev-parse", "HEAD"], capture_output=True, text=True)
-    repro = ReproContext(head_sha=head.stdout.strip(), repo="o/r", runner_kind="docker")
+    repro = ReproContext(head_sha=head.stdout.strip(), repo="o/r")
     runner = make_runner(limits=SMALL.model_copy(update={"workspace_size": "1g"}))
     tracemalloc.start()
     try:

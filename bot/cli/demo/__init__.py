@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.git import git as run_git
 
 TREE = Path(__file__).parent / "tree"
 
@@ -46,17 +47,13 @@ _GIT_ENV = {
 @dataclass(frozen=True)
 class DemoRepo:
     path: Path
-    base_sha: str
-    head_sha: str
-    base_ref: str = "main"
-    head_ref: str = "feature"
+    base_sha: str  # branch main
+    head_sha: str  # branch feature
 
 
 def git(repo: Path, *args: str) -> str:
     """Run git in ``repo`` with a fixed identity; return its stripped stdout."""
-    env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
+    return run_git(repo, *args, env=_GIT_ENV)
 
 
 def commit_all(repo: Path, message: str) -> str:

@@ -1,4 +1,4 @@
-"""Mutation benchmark for targeted test selection (a script, not a pytest test).
+"""Mutation benchmark for targeted test selection.
 
 For a project with a pytest suite it:
 
@@ -15,7 +15,7 @@ For a project with a pytest suite it:
 
 Usage::
 
-    python benchmarks/test_selection.py PROJECT_DIR [--python PY] [--env PYTHONPATH=src]
+    python benchmarks/selection.py PROJECT_DIR [--python PY] [--env PYTHONPATH=src]
         [--mutations 120] [--seed 1] [--budget-s 840] [--name NAME]
 
 ``--python`` is an interpreter with the project's dependencies, pytest and coverage.
