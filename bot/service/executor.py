@@ -13,7 +13,8 @@ import structlog
 from bot.core.config import RepoConfig
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_runs import render_check_runs, render_in_progress_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
