@@ -19,7 +19,8 @@ from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+from runner.backends.base import RunnerFactory
+from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
 
