@@ -1,4 +1,4 @@
-"""runner.import_graph: names resolved to their definitions, through re-exports, on real sources."""
+"""runner.selection.import_graph: names resolved to their definitions, through re-exports, on real sources."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gitrepo import GitRepo
 
-from runner.import_graph import (
+from runner.selection.import_graph import (
     MODULE_BODY,
     SymbolKey,
     SymbolKind,
