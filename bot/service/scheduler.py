@@ -57,7 +57,7 @@ class Scheduler:
             for env in environments:
                 req = request.model_copy(update={"environment": env.name, "config": config})
                 job = await asyncio.to_thread(
-                    self.store.enqueue, req, env.name, dedupe_key(request, env.name, trigger_key)
+                    self.store.enqueue, req, env.name, dedupe_key(request, env.name, trigger_key), env.queue
                 )
                 if job is None:
                     log.info("run already requested", environment=env.name, trigger=trigger_key)

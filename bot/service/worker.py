@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from bot.core.models import RunState
-from bot.service.store.protocol import Store
+from bot.service.store.protocol import EmbeddedQueue
 from bot.service.store.records import Job
 
 log = structlog.get_logger(__name__)
@@ -26,7 +26,7 @@ JobExecutor = Callable[[Job, asyncio.Event], Awaitable[None]]
 class WorkerPool:
     def __init__(
         self,
-        store: Store,
+        store: EmbeddedQueue,
         execute: JobExecutor,
         *,
         concurrency: int = 2,

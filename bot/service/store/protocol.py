@@ -54,12 +54,11 @@ class Store(Protocol):
 
     # jobs: one run of one PR head in one environment ---------------------------------------------
 
-    def enqueue(self, request: RunRequest, environment: str, dedupe_key: str) -> Job | None:
-        """Insert a queued job; None when a job with the same dedupe key exists (idempotency)."""
-        ...
-
-    def claim(self, queues: list[str] | None = None) -> Job | None:
-        """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
+    def enqueue(
+        self, request: RunRequest, environment: str, dedupe_key: str, queue: str | None = None
+    ) -> Job | None:
+        """Insert a job queued in ``queue`` (default: the environment's name); None when a job with
+        the same dedupe key exists (idempotency)."""
         ...
 
     def get_job(self, job_id: str) -> Job | None: ...
@@ -73,10 +72,6 @@ class Store(Protocol):
     def is_cancel_requested(self, job_id: str) -> bool: ...
     def queue_position(self, job_id: str) -> int | None:
         """1 for the next job of its queue to start; None when it is not queued."""
-        ...
-
-    def recover(self, max_attempts: int) -> tuple[int, int]:
-        """After a crash: running jobs are requeued, or failed past max_attempts. (requeued, failed)"""
         ...
 
     def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
@@ -102,3 +97,16 @@ class Store(Protocol):
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...
     def baseline(self, repo: str, environment: str) -> EnvFacts | None: ...
+
+
+class EmbeddedQueue(Store, Protocol):
+    """The store as the in-process workers of one machine use it (SQLite). With several hosts,
+    procrastinate hands jobs to agents instead (:mod:`bot.service.fleet`)."""
+
+    def claim(self, queues: list[str] | None = None) -> Job | None:
+        """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
+        ...
+
+    def recover(self, max_attempts: int) -> tuple[int, int]:
+        """After a crash: running jobs are requeued, or failed past max_attempts. (requeued, failed)"""
+        ...

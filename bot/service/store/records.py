@@ -46,6 +46,8 @@ class Job(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    queue_job_id: int | None = Field(None, description="several hosts: the queue job of its current attempt")
+    host: str | None = Field(None, description="several hosts: the agent's host running it")
 
     def report_without_results(self, state: RunState, error: str) -> RunReport:
         """The report of a run that ended before producing results (cancelled, broken)."""

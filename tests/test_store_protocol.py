@@ -1,0 +1,129 @@
+"""The store's protocol, as the service uses it, against both backends: the embedded SQLite file and
+PostgreSQL (several hosts). Each test runs once per backend, with the same expectations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from postgres_support import pg_url  # noqa: F401 - a fixture
+
+from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.scheduler import dedupe_key
+from bot.service.store.postgres import PostgresStore
+from bot.service.store.protocol import Store
+from bot.service.store.records import DeliveryStatus, PullState
+from bot.service.store.sqlite import SQLiteStore
+
+REPO = "octo-org/calc"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        backend: Store = SQLiteStore(tmp_path / "bot.db")
+    else:
+        backend = PostgresStore(request.getfixturevalue("pg_url"))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def run_request(sha: str = "a" * 40, pr: int | None = 7) -> RunRequest:
+    return RunRequest(
+        installation_id=1, repo=REPO, clone_url="https://example.invalid/calc.git", pr_number=pr, head_sha=sha
+    )
+
+
+def test_a_delivery_is_recorded_once_and_handed_out_until_it_is_finished(store: Store) -> None:
+    assert store.record_delivery("d1", "pull_request", b'{"a": 1}') is True
+    assert store.record_delivery("d1", "pull_request", b'{"a": 1}') is False  # a redelivery
+    assert store.record_delivery("d2", "issue_comment", b"{}") is True
+    pending = store.pending_deliveries()
+    assert [(d.delivery_id, d.event, d.body) for d in pending] == [
+        ("d1", "pull_request", b'{"a": 1}'),
+        ("d2", "issue_comment", b"{}"),
+    ]
+    store.finish_delivery("d1", DeliveryStatus.DISPATCHED)
+    store.retry_delivery_later("d2", "GitHub answered 502", delay_s=3600)
+    assert store.delivery_status("d1") == DeliveryStatus.DISPATCHED
+    assert store.delivery_status("d2") == DeliveryStatus.RECEIVED
+    assert store.pending_deliveries() == []  # d2 waits for its delay
+    assert store.delivery_count() == 2
+    assert store.delivery_status_count(DeliveryStatus.RECEIVED) == 1
+    assert store.delivery_status("nope") is None
+
+
+def test_installations_keep_their_last_action(store: Store) -> None:
+    store.record_installation(5, "octo-org", "created")
+    store.record_installation(5, "octo-org", "suspend")
+    assert store.installation(5) == ("octo-org", "suspend")
+    assert store.installation(6) is None
+
+
+def test_a_run_is_queued_once_per_dedupe_key_in_its_queue(store: Store) -> None:
+    req = run_request()
+    job = store.enqueue(req, "cuda12", dedupe_key(req, "cuda12", "opened"), "gpu-h100")
+    assert job is not None and job.state == RunState.QUEUED
+    assert (job.queue, job.environment, job.head_sha) == ("gpu-h100", "cuda12", "a" * 40)
+    assert store.enqueue(req, "cuda12", dedupe_key(req, "cuda12", "opened"), "gpu-h100") is None
+    assert store.queue_position(job.id) == 1
+    store.set_check_runs(job.id, {"tests": 3})
+    fetched = store.get_job(job.id)
+    assert fetched is not None and fetched.check_runs == {"tests": 3} and fetched.request == req
+
+
+def test_queue_positions_count_within_one_queue(store: Store) -> None:
+    first = store.enqueue(run_request("a" * 40, 1), "cuda12", "k1")
+    other_queue = store.enqueue(run_request("b" * 40, 2), "cuda11", "k2")
+    second = store.enqueue(run_request("c" * 40, 3), "cuda12", "k3")
+    assert first and other_queue and second
+    assert [store.queue_position(j.id) for j in (first, other_queue, second)] == [1, 1, 2]
+
+
+def test_cancelling_a_pr_ends_its_queued_runs_of_other_commits(store: Store) -> None:
+    old = store.enqueue(run_request("a" * 40), "cuda12", "k-old")
+    other_env = store.enqueue(run_request("a" * 40), "cuda11", "k-old-11")
+    assert old and other_env
+    cancelled = store.request_cancel(REPO, 7, keep_sha="b" * 40)
+    assert {j.id for j in cancelled} == {old.id, other_env.id}
+    assert all(j.state == RunState.CANCELLED for j in cancelled)
+    assert store.queue_position(old.id) is None
+    new = store.enqueue(run_request("b" * 40), "cuda12", "k-new")
+    assert new is not None
+    assert store.request_cancel(REPO, 7, keep_sha="b" * 40) == []
+    assert [j.id for j in store.jobs_for_pr(REPO, 7)] == [old.id, other_env.id, new.id]
+    assert [j.id for j in store.jobs_in_state(RunState.QUEUED)] == [new.id]
+
+
+def test_a_finished_run_keeps_its_report(store: Store) -> None:
+    job = store.enqueue(run_request(), "cuda12", "k")
+    assert job is not None
+    report = RunReport(
+        run_id=job.id, repo=REPO, pr_number=7, head_sha=job.head_sha, environment="cuda12",
+        state=RunState.FAILED, error="boom",
+    )
+    store.finish(job.id, RunState.FAILED, report, "boom")
+    done = store.get_job(job.id)
+    assert done is not None and done.state == RunState.FAILED and done.error == "boom"
+    assert done.finished_at is not None
+    assert store.report(job.id) == report
+
+
+def test_pull_state_approvals_and_baselines_are_kept(store: Store) -> None:
+    assert store.pull_state(REPO, 7) == PullState(repo=REPO, pr_number=7)
+    state = PullState(
+        repo=REPO, pr_number=7, comment_id=55, comment_body_hash="h", last_verdict="fail",
+        failed_tests={"cuda12": ["tests/test_a.py::test_b"]},
+    )
+    store.save_pull_state(state)
+    assert store.pull_state(REPO, 7) == state
+    store.add_approval(REPO, 7, "a" * 40, "maintainer")
+    store.add_approval(REPO, 7, "a" * 40, "maintainer")
+    assert store.approvals(REPO, 7) == [("a" * 40, "maintainer")]
+    facts = EnvFacts(source="probe", python="3.11.7", torch="2.3.0")
+    store.save_baseline(REPO, "cuda12", facts)
+    assert store.baseline(REPO, "cuda12") == facts
+    assert store.baseline(REPO, "cuda11") is None
