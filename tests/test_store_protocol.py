@@ -102,8 +102,13 @@ def test_a_finished_run_keeps_its_report(store: Store) -> None:
     job = store.enqueue(run_request(), "cuda12", "k")
     assert job is not None
     report = RunReport(
-        run_id=job.id, repo=REPO, pr_number=7, head_sha=job.head_sha, environment="cuda12",
-        state=RunState.FAILED, error="boom",
+        run_id=job.id,
+        repo=REPO,
+        pr_number=7,
+        head_sha=job.head_sha,
+        environment="cuda12",
+        state=RunState.FAILED,
+        error="boom",
     )
     store.finish(job.id, RunState.FAILED, report, "boom")
     done = store.get_job(job.id)
@@ -115,7 +120,11 @@ def test_a_finished_run_keeps_its_report(store: Store) -> None:
 def test_pull_state_approvals_and_baselines_are_kept(store: Store) -> None:
     assert store.pull_state(REPO, 7) == PullState(repo=REPO, pr_number=7)
     state = PullState(
-        repo=REPO, pr_number=7, comment_id=55, comment_body_hash="h", last_verdict="fail",
+        repo=REPO,
+        pr_number=7,
+        comment_id=55,
+        comment_body_hash="h",
+        last_verdict="fail",
         failed_tests={"cuda12": ["tests/test_a.py::test_b"]},
     )
     store.save_pull_state(state)

@@ -30,6 +30,26 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the GitHub App (webhooks, queue, workers)")
     s.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
 
+    a = sub.add_parser("agent", help="several hosts: run the jobs of some labels on this GPU host")
+    a.add_argument(
+        "--labels", required=True, help="the labels this host serves, comma-separated: cuda12.1,h100"
+    )
+    a.add_argument(
+        "--name", default="", help="this agent's name in `paritybot status` (default: the host name)"
+    )
+    a.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
+    db = sub.add_parser("db", help="the database (SQLite or PostgreSQL)")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    up = db_sub.add_parser(
+        "upgrade", help="create or upgrade the schema (procrastinate's too, on PostgreSQL)"
+    )
+    up.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
+    st = sub.add_parser("status", help="several hosts: queues, agents and running jobs")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
     c = sub.add_parser("check", help="run the PR pipeline on a local git checkout and print the PR comment")
     c.add_argument("--repo", type=Path, default=Path("."), help="the git checkout (default: .)")
     c.add_argument("--base", help="what the change is compared with (default: origin/HEAD, main, master)")
@@ -97,10 +117,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command != "serve":
+    if args.command not in ("serve", "agent"):
         configure_logging("console", "warning")  # stdout is the command's own output
     if args.command == "serve":
         return _serve(args)
+    if args.command == "agent":
+        from bot.cli.fleet import agent_main
+
+        return agent_main(load_settings(args.env_file), args.labels, args.name)
+    if args.command == "db":
+        from bot.cli.fleet import db_upgrade_main
+
+        return db_upgrade_main(load_settings(args.env_file))
+    if args.command == "status":
+        from bot.cli.fleet import status_main
+
+        return status_main(load_settings(args.env_file), as_json=args.json)
     if args.command == "check":
         return _check(args)
     if args.command == "config":

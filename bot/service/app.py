@@ -2,6 +2,11 @@
 
 Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
 then the dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
+
+With PostgreSQL (``PARITYBOT_DATABASE_URL=postgresql://…``) `serve` runs no jobs: agents on the GPU
+hosts do (:mod:`bot.service.fleet.agent`). Any number of replicas accept, decide, enqueue and report;
+their per-PR locks are advisory locks, and :class:`bot.service.fleet.service.FleetLoops` mints the
+agents' clone tokens, reports what they record and runs the stalled-job reaper.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ import asyncio
 import contextlib
 import signal
 from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 
 import aiohttp
 import structlog
@@ -17,11 +24,14 @@ from aiohttp import web
 from gidgethub import sansio
 
 from bot.service.dispatcher import Dispatcher
-from bot.service.executor import RunExecutor
+from bot.service.executor import RunExecutor, RunReporting
+from bot.service.fleet.locks import AdvisoryPrLocks
+from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
+from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.protocol import Store
 from bot.service.store.sqlite import SQLiteStore
 from bot.service.web import create_web_app
@@ -80,22 +90,28 @@ class Service:
     settings: Settings
     store: Store
     dispatcher: Dispatcher
-    workers: WorkerPool
+    workers: WorkerPool | None  # one machine: the in-process workers
     session: aiohttp.ClientSession
     app: GitHubApp
     web_app: web.Application
+    fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
 
     async def stop(self) -> None:
         await self.dispatcher.stop()
-        await self.workers.stop()
+        if self.workers is not None:
+            await self.workers.stop()
+        if self.fleet is not None:
+            await self.fleet.stop()
+            await self.fleet.locks.close()
         await self.session.close()
         self.store.close()
 
 
 async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
     settings.require_serving()
-    db_path = settings.sqlite_path
-    store = SQLiteStore(db_path)
+    if settings.is_postgres:
+        return await _build(settings, *await _fleet_parts(settings))
+    store = SQLiteStore(settings.sqlite_path)
     requeued, failed = store.recover(settings.max_attempts)
     if requeued or failed:
         log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
@@ -112,6 +128,44 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         locks=locks,
     )
     workers = WorkerPool(store, executor, concurrency=settings.workers)
+    return await _build(settings, store, locks, session, app, workers, None)
+
+
+async def _fleet_parts(
+    settings: Settings,
+) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, None, FleetLoops]:
+    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the fleet's loops."""
+    store = await asyncio.to_thread(
+        partial(
+            FleetStore, settings.database_url, delivery_lease=timedelta(seconds=settings.delivery_lease_s)
+        )
+    )
+    locks = AdvisoryPrLocks(settings.database_url)
+    await locks.open()
+    session = aiohttp.ClientSession()
+    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    fleet = FleetLoops(
+        store,
+        app,
+        RunReporting(store, app, locks),
+        locks,
+        settings.database_url,
+        heartbeat_s=settings.heartbeat_s,
+        stalled_after_s=settings.stalled_after_s,
+        max_attempts=settings.max_attempts,
+    )
+    return store, locks, session, app, None, fleet
+
+
+async def _build(
+    settings: Settings,
+    store: Store,
+    locks: PrLocking,
+    session: aiohttp.ClientSession,
+    app: GitHubApp,
+    workers: WorkerPool | None,
+    fleet: FleetLoops | None,
+) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
@@ -124,18 +178,21 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
             gh=gh,
             store=store,
             reporter=reporter,
-            scheduler=Scheduler(store, locks, reporter, wake=workers.wake),
+            scheduler=Scheduler(store, locks, reporter, wake=workers.wake if workers else lambda: None),
             installation_id=int(installation) if installation else None,
             bot_login=bot_login,
         )
 
     dispatcher = Dispatcher(store, router, context_for, wake=recorded)
     web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
-    return Service(settings, store, dispatcher, workers, session, app, web_app)
+    return Service(settings, store, dispatcher, workers, session, app, web_app, fleet)
 
 
 async def start_service(service: Service) -> None:
-    service.workers.start()
+    if service.workers is not None:
+        service.workers.start()
+    if service.fleet is not None:
+        service.fleet.start()
     service.dispatcher.start()
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import structlog
 
 from bot.core.config import RepoConfig
-from bot.core.models import RunKind, RunReport, RunState, TestOutcome
+from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.core.verdict import Verdict, verdict
 from bot.render.check_results import render_check_runs
 from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 from runner.backends.base import RunnerFactory
@@ -29,34 +29,25 @@ QUEUE_REFRESH_LIMIT = 10  # waiting PRs whose summaries are refreshed when a run
 REACTION_FAILED = "confused"
 
 
-class RunExecutor:
-    def __init__(
-        self,
-        store: Store,
-        runner_factory: RunnerFactory,
-        *,
-        workspace_root: Path,
-        cache_root: Path,
-        app: GitHubApp | None = None,
-        locks: PrLocks | None = None,
-    ):
-        self.store = store
-        self.runner_factory = runner_factory
-        self.workspace_root = workspace_root
-        self.cache_root = cache_root
-        self.app = app
-        self.locks = locks or PrLocks()
+class RunReporting:
+    """What GitHub is told about a run: that it started, and its result (check runs, the summary,
+    the reaction to the comment that asked for it). The in-process worker calls it around each
+    run; with several hosts, the service calls it for the state changes the agents record."""
 
-    async def _reporter(self, job: Job) -> tuple[GitHubReporter | None, str | None]:
+    def __init__(self, store: Store, app: GitHubApp | None, locks: PrLocking):
+        self.store = store
+        self.app = app
+        self.locks = locks
+
+    async def reporter(self, job: Job) -> GitHubReporter | None:
         installation = job.request.installation_id
         if self.app is None or installation is None:
-            return None, None
+            return None
         gh = await self.app.client(installation)
-        token = await self.app.installation_token(installation)
-        return GitHubReporter(gh, self.store, self.locks, await self.app.bot_login()), token
+        return GitHubReporter(gh, self.store, self.locks, await self.app.bot_login())
 
-    async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
-        reporter, token = await self._reporter(job)
+    async def started(self, job: Job) -> None:
+        reporter = await self.reporter(job)
         pr = job.pr_number
         await _send_reports("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
@@ -70,20 +61,22 @@ class RunExecutor:
                 ),
                 reporter.refresh_summary(job.repo, pr),
             )
-        report = await self._execute(job, cancel, token)
-        await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
+
+    async def finished(self, job: Job, report: RunReport) -> None:
         await self._remember(job, report)
-        log.info("run finished", state=report.state.value, error=report.error)
-        if reporter is not None and pr is not None:
-            await _send_reports(
-                "result",
-                reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
-                reporter.refresh_summary(job.repo, pr),
-            )
-            if job.request.comment_id is not None and report.state != RunState.CANCELLED:
-                good = report.state == RunState.SUCCEEDED and not _has_failures(report)
-                content = REACTION_PASSED if good else REACTION_FAILED
-                await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
+        reporter = await self.reporter(job)
+        pr = job.pr_number
+        if reporter is None or pr is None:
+            return
+        await _send_reports(
+            "result",
+            reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
+            reporter.refresh_summary(job.repo, pr),
+        )
+        if job.request.comment_id is not None and report.state != RunState.CANCELLED:
+            good = report.state == RunState.SUCCEEDED and not _has_failures(report)
+            content = REACTION_PASSED if good else REACTION_FAILED
+            await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
 
     async def _refresh_waiting(self, started: Job) -> None:
         """Everyone behind a run that starts moved up one place: their summaries say so.
@@ -99,37 +92,9 @@ class RunExecutor:
             if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
                 waiting.setdefault((other.repo, other.pr_number), other)
         for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-            reporter, _ = await self._reporter(other)
+            reporter = await self.reporter(other)
             if reporter is not None:
                 await reporter.refresh_summary(repo, number)
-
-    async def _execute(self, job: Job, cancel: asyncio.Event, token: str | None) -> RunReport:
-        config = job.request.config or RepoConfig()
-        environment = config.environment(job.environment)
-        if environment is None:
-            return job.report_without_results(
-                RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
-            )
-        baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
-        deps = PipelineDeps(
-            runner_factory=self.runner_factory,
-            workspace_root=self.workspace_root,
-            cache_root=self.cache_root,
-            token=token,
-            baseline=baseline,
-        )
-        pipeline = Pipeline(job.request, config, environment, job.id, deps)
-        run = asyncio.create_task(pipeline.execute())
-        stop = asyncio.create_task(cancel.wait())
-        try:
-            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if stop.done() and not run.done():
-                await pipeline.cancel()
-            return await run
-        finally:
-            stop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop
 
     async def _remember(self, job: Job, report: RunReport) -> None:
         if (
@@ -147,6 +112,86 @@ class RunExecutor:
             state = await asyncio.to_thread(self.store.pull_state, job.repo, job.pr_number)
             state.failed_tests[job.environment] = failed
             await asyncio.to_thread(self.store.save_pull_state, state)
+
+
+async def run_pipeline(
+    job: Job,
+    cancel: asyncio.Event,
+    *,
+    token: str | None,
+    baseline: EnvFacts | None,
+    runner_factory: RunnerFactory,
+    workspace_root: Path,
+    cache_root: Path,
+) -> RunReport:
+    """Run one job's pipeline; ``cancel`` stops it (and its container) and ends it cancelled."""
+    config = job.request.config or RepoConfig()
+    environment = config.environment(job.environment)
+    if environment is None:
+        return job.report_without_results(
+            RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
+        )
+    deps = PipelineDeps(
+        runner_factory=runner_factory,
+        workspace_root=workspace_root,
+        cache_root=cache_root,
+        token=token,
+        baseline=baseline,
+    )
+    pipeline = Pipeline(job.request, config, environment, job.id, deps)
+    run = asyncio.create_task(pipeline.execute())
+    stop = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done() and not run.done():
+            await pipeline.cancel()
+        return await run
+    finally:
+        stop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop
+
+
+class RunExecutor:
+    """One machine: the worker pool's executor runs the pipeline here and reports around it."""
+
+    def __init__(
+        self,
+        store: Store,
+        runner_factory: RunnerFactory,
+        *,
+        workspace_root: Path,
+        cache_root: Path,
+        app: GitHubApp | None = None,
+        locks: PrLocking | None = None,
+    ):
+        self.store = store
+        self.runner_factory = runner_factory
+        self.workspace_root = workspace_root
+        self.cache_root = cache_root
+        self.app = app
+        self.locks = locks or PrLocks()
+        self.reporting = RunReporting(store, app, self.locks)
+
+    async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
+        installation = job.request.installation_id
+        token = None
+        if self.app is not None and installation is not None:
+            token = await self.app.installation_token(installation)
+        await self.reporting.started(job)
+        baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
+        report = await run_pipeline(
+            job,
+            cancel,
+            token=token,
+            baseline=baseline,
+            runner_factory=self.runner_factory,
+            workspace_root=self.workspace_root,
+            cache_root=self.cache_root,
+        )
+        await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
+        log.info("run finished", state=report.state.value, error=report.error)
+        await self.reporting.finished(job, report)
 
 
 async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:

@@ -11,7 +11,8 @@ import asyncio
 import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import structlog
 from gidgethub import BadRequest
@@ -33,6 +34,14 @@ from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 
 log = structlog.get_logger(__name__)
+
+
+class PrLocking(Protocol):
+    """A lock per PR: comment edits and scheduling for a PR never interleave. One process: an
+    asyncio lock (:class:`PrLocks`); several service replicas: a PostgreSQL advisory lock
+    (:class:`bot.service.fleet.locks.AdvisoryPrLocks`)."""
+
+    def __call__(self, repo: str, pr_number: int) -> AbstractAsyncContextManager[Any]: ...
 
 
 class PrLocks:
@@ -61,7 +70,7 @@ def _worst(verdicts: list[Verdict]) -> Verdict:
 
 
 class GitHubReporter:
-    def __init__(self, gh: GitHubAPI, store: Store, locks: PrLocks, bot_login: str):
+    def __init__(self, gh: GitHubAPI, store: Store, locks: PrLocking, bot_login: str):
         self.gh = gh
         self.store = store
         self.locks = locks

@@ -17,7 +17,7 @@ from bot.core.config import Environment, RepoConfig
 from bot.core.models import RunRequest, RunState
 from bot.render.check_results import render_check_runs
 from bot.render.check_runs import render_queued_output
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 
@@ -33,7 +33,7 @@ class Scheduler:
     def __init__(
         self,
         store: Store,
-        locks: PrLocks,
+        locks: PrLocking,
         reporter: GitHubReporter | None,
         wake: Callable[[], None] = lambda: None,
     ):

@@ -46,8 +46,16 @@ def _lock_key(name: str) -> str:
 class PostgresStore:
     """:class:`bot.service.store.protocol.Store` on PostgreSQL, and what agents and the reaper need."""
 
-    def __init__(self, url: str, *, migrate_schema: bool = True, pool_size: int = 8):
+    def __init__(
+        self,
+        url: str,
+        *,
+        migrate_schema: bool = True,
+        pool_size: int = 8,
+        delivery_lease: timedelta = DELIVERY_LEASE,
+    ):
         self.url = url
+        self.delivery_lease = delivery_lease
         if migrate_schema:
             with psycopg.connect(url, autocommit=True) as conn:
                 self.schema_version, _ = migrate(conn, _safe(url))
@@ -90,7 +98,7 @@ class PostgresStore:
             " AND (leased_until IS NULL OR leased_until <= now())"
             " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING delivery_id, event, body, received_at, attempts, seq",
-            (DELIVERY_LEASE, limit),
+            (self.delivery_lease, limit),
         )
         rows.sort(key=lambda r: r["seq"])
         return [
@@ -161,7 +169,7 @@ class PostgresStore:
             c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(lock),))
             inserted = c.execute(
                 "INSERT INTO jobs (id, queue, repo, pr_number, head_sha, environment, request, dedupe_key, "
-                "state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued') "
+                "state, reported_state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued', 'queued') "
                 "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id",
                 (
                     job_id,
@@ -181,7 +189,9 @@ class PostgresStore:
         return self.get_job(job_id)
 
     @staticmethod
-    def _defer(c: psycopg.Connection[dict[str, Any]], job_id: str, queue: str, lock: str, *, queueing: bool) -> int:
+    def _defer(
+        c: psycopg.Connection[dict[str, Any]], job_id: str, queue: str, lock: str, *, queueing: bool
+    ) -> int:
         """A new procrastinate job for ``job_id``; its insert trigger wakes the agents of ``queue``.
 
         With ``queueing``, the queueing lock keeps one queued job per PR and environment: a job
@@ -271,7 +281,9 @@ class PostgresStore:
         return [_job(r) for r in rows]
 
     def jobs_in_state(self, state: RunState) -> list[Job]:
-        return [_job(r) for r in self._query("SELECT * FROM jobs WHERE state = %s ORDER BY seq", (state.value,))]
+        return [
+            _job(r) for r in self._query("SELECT * FROM jobs WHERE state = %s ORDER BY seq", (state.value,))
+        ]
 
     def report(self, job_id: str) -> RunReport | None:
         rows = self._query("SELECT report FROM jobs WHERE id = %s", (job_id,))
