@@ -268,6 +268,7 @@ class FakeGitHub:
         *,
         ttl: timedelta | None = None,
         repositories: Iterable[str] | None = None,
+        permissions: dict[str, str] | None = None,
     ) -> auth.InstallationToken:
         """An installation token, as ``POST /app/installations/{id}/access_tokens`` would issue."""
         names = None if repositories is None else frozenset(r.lower() for r in repositories)
@@ -276,6 +277,7 @@ class FakeGitHub:
             now=self.now(),
             ttl=ttl if ttl is not None else self.token_ttl,
             repositories=names,
+            permissions=permissions,
         )
         self.tokens[token.token] = token
         return token
@@ -479,4 +481,8 @@ class FakeGitHub:
             raise auth.AuthError("Bad credentials")
         ctx.installation_id = token.installation_id
         ctx.token_repos = token.repositories
+        if token.permissions is not None:
+            needed = auth.OPERATION_PERMISSIONS.get(op_id)
+            if needed is None or not auth.grants(token.permissions, *needed):
+                raise handlers.GitHubError(403, "Resource not accessible by integration")
         return ctx
