@@ -23,17 +23,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.core.models import EnvFacts, RunReport, RunState  # noqa: E402
-from bot.service.fleet.run import run_agent  # noqa: E402
-from bot.service.logs import configure_logging  # noqa: E402
-from bot.service.settings import load_settings  # noqa: E402
-from bot.service.store.records import Job  # noqa: E402
+from bot.core.models import EnvFacts, RunReport, RunState
+from bot.service.fleet.run import run_agent
+from bot.service.logs import configure_logging
+from bot.service.settings import load_settings
+from bot.service.store.records import Job
 
 STUB_LABEL = "paritybot.test-stub"
 
 
 def event(kind: str, job: Job, name: str, **extra: object) -> None:
-    line = json.dumps({"event": kind, "job": job.id, "sha": job.head_sha, "agent": name, "t": time.time(), **extra})
+    line = json.dumps(
+        {"event": kind, "job": job.id, "sha": job.head_sha, "agent": name, "t": time.time(), **extra}
+    )
     # One write of a short line to a file opened for appending: lines of several agents never mix.
     fd = os.open(os.environ["STUB_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -42,11 +44,22 @@ def event(kind: str, job: Job, name: str, **extra: object) -> None:
         os.close(fd)
 
 
-def stub_runner(name: str, step_s: float, mode: str):  # type: ignore[no-untyped-def]
+def step_seconds(job: Job, default: float) -> float:
+    """$STUB_STEPS (a JSON file: head SHA → seconds) overrides the agent's $STUB_STEP_S."""
+    path = os.environ.get("STUB_STEPS")
+    if path and Path(path).exists():
+        return float(json.loads(Path(path).read_text()).get(job.head_sha, default))
+    return default
+
+
+def stub_runner(name: str, default_s: float, mode: str):  # type: ignore[no-untyped-def]
     async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
         digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+        step_s = step_seconds(job, default_s)
         event("start", job, name, pid=os.getpid(), token_sha256=digest)
-        stopped = await (in_container(job, cancel, step_s) if mode == "docker" else in_process(cancel, step_s))
+        stopped = await (
+            in_container(job, cancel, step_s) if mode == "docker" else in_process(cancel, step_s)
+        )
         event("stopped" if stopped else "end", job, name)
         return RunReport(
             run_id=job.id,
@@ -103,7 +116,9 @@ def main() -> int:
     settings = load_settings()
     settings.require_agent()
     configure_logging(settings.log_format, settings.log_level)
-    runner = stub_runner(args.name, float(os.environ.get("STUB_STEP_S", "0")), os.environ.get("STUB_MODE", "sleep"))
+    runner = stub_runner(
+        args.name, float(os.environ.get("STUB_STEP_S", "0")), os.environ.get("STUB_MODE", "sleep")
+    )
     return asyncio.run(run_agent(settings, args.labels.split(","), args.name, job_runner=runner))
 
 

@@ -45,6 +45,13 @@ environments:
     image: python:3.11-slim
     branches: ["main"]
 """
+ONE_ENVIRONMENT = """\
+environments:
+  - name: cuda12
+    runs_on: cuda12.1
+    image: python:3.11-slim
+    branches: ["main"]
+"""
 
 
 def free_port() -> int:
@@ -84,6 +91,12 @@ class Fleet:
 
     def __post_init__(self) -> None:
         self.events_file = self.tmp / "events.jsonl"
+        self.steps_file = self.tmp / "steps.json"
+
+    def step_for(self, sha: str, seconds: float) -> None:
+        """Runs of ``sha`` take ``seconds`` on every agent."""
+        steps = json.loads(self.steps_file.read_text()) if self.steps_file.exists() else {}
+        self.steps_file.write_text(json.dumps(steps | {sha: seconds}))
 
     @classmethod
     async def create(cls, fake: FakeGitHub, tmp: Path, database_url: str, config: str = CONFIG) -> Fleet:
@@ -110,8 +123,13 @@ class Fleet:
 
     def seed_pull(self, head_sha: str, number: int = 7) -> None:
         self.fake.add_pull(
-            REPO, number, head_sha=head_sha, base_ref="main", base_sha=self.sample.base_sha,
-            author_association="OWNER", author="octocat",
+            REPO,
+            number,
+            head_sha=head_sha,
+            base_ref="main",
+            base_sha=self.sample.base_sha,
+            author_association="OWNER",
+            author="octocat",
         )
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -164,13 +182,27 @@ class Fleet:
         return proc
 
     async def start_agent(
-        self, name: str, labels: str, *, step_s: float = 0.2, mode: str = "sleep", database_url: str | None = None,
+        self,
+        name: str,
+        labels: str,
+        *,
+        step_s: float = 0.2,
+        mode: str = "sleep",
+        database_url: str | None = None,
         **extra: str,
     ) -> Proc:
-        env = self.env(STUB_EVENTS=str(self.events_file), STUB_STEP_S=str(step_s), STUB_MODE=mode, **extra)
+        env = self.env(
+            STUB_EVENTS=str(self.events_file),
+            STUB_STEPS=str(self.steps_file),
+            STUB_STEP_S=str(step_s),
+            STUB_MODE=mode,
+            **extra,
+        )
         if database_url is not None:
             env["PARITYBOT_DATABASE_URL"] = database_url
-        proc = self._spawn(name, [sys.executable, "tests/fleet_agent.py", "--labels", labels, "--name", name], env)
+        proc = self._spawn(
+            name, [sys.executable, "tests/fleet_agent.py", "--labels", labels, "--name", name], env
+        )
 
         def registered() -> bool:
             if proc.popen.poll() is not None:
@@ -181,7 +213,9 @@ class Fleet:
         await self.wait_for(f"{name} to register", registered, timeout=60)
         return proc
 
-    async def send(self, serve: Proc, event: str, payload: dict[str, Any], delivery_id: str | None = None) -> int:
+    async def send(
+        self, serve: Proc, event: str, payload: dict[str, Any], delivery_id: str | None = None
+    ) -> int:
         body, headers = payloads.delivery(event, payload, SECRET, delivery_id=delivery_id)
         async with aiohttp.ClientSession() as s, s.post(serve.url, data=body, headers=headers) as r:
             await r.read()
@@ -189,8 +223,14 @@ class Fleet:
 
     def pr_event(self, action: str = "opened", **overrides: Any) -> dict[str, Any]:
         values: dict[str, Any] = dict(
-            number=7, head_sha=self.sample.head_sha, base_ref="main", base_sha=self.sample.base_sha,
-            repo_full_name=REPO, clone_url=self.clone_url, installation_id=1, api_url=self.fake.url,
+            number=7,
+            head_sha=self.sample.head_sha,
+            base_ref="main",
+            base_sha=self.sample.base_sha,
+            repo_full_name=REPO,
+            clone_url=self.clone_url,
+            installation_id=1,
+            api_url=self.fake.url,
         )
         return payloads.pull_request_event(action, **(values | overrides))
 

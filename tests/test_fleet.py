@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
+import docker
 import pytest
+from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
-from fleet_harness import REPO, Fleet
-from postgres_support import pg_url  # noqa: F401 - a fixture
+from fleet_agent import STUB_LABEL
+from fleet_harness import ONE_ENVIRONMENT, REPO, Fleet
+from postgres_support import pg_url
 
 from bot.core.models import RunState
+from bot.service.fleet.agent import FENCED_EXIT
+from bot.service.store.records import DeliveryStatus
 
+__all__ = ["docker_client", "pg_url", "test_image"]  # fixtures, imported for pytest
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-async def fleet(fake_github: FakeGitHub, tmp_path: Path, pg_url: str) -> AsyncIterator[Fleet]:  # noqa: F811
+async def fleet(fake_github: FakeGitHub, tmp_path: Path, pg_url: str) -> AsyncIterator[Fleet]:
     harness = await Fleet.create(fake_github, tmp_path, pg_url)
     try:
         yield harness
@@ -32,9 +42,168 @@ async def test_each_environment_runs_only_on_agents_of_its_label(fleet: Fleet) -
     jobs = await fleet.wait_settled(2)
 
     by_env = {j.environment: j for j in jobs}
-    assert {env: j.state for env, j in by_env.items()} == {"cuda12": RunState.SUCCEEDED, "cuda11": RunState.SUCCEEDED}
+    assert {env: j.state for env, j in by_env.items()} == {
+        "cuda12": RunState.SUCCEEDED,
+        "cuda11": RunState.SUCCEEDED,
+    }
     ran_on = {e["job"]: e["agent"] for e in fleet.events() if e["event"] == "start"}
     assert ran_on == {by_env["cuda12"].id: "gpu-121", by_env["cuda11"].id: "gpu-118"}
     assert len(fleet.bot_comments()) == 1
     report = fleet.store.report(by_env["cuda11"].id)
     assert report is not None and report.runner == "stub@gpu-118"
+
+
+@pytest.fixture
+async def one_env(fake_github: FakeGitHub, tmp_path: Path, pg_url: str) -> AsyncIterator[Fleet]:
+    harness = await Fleet.create(fake_github, tmp_path, pg_url, ONE_ENVIRONMENT)
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+def starts(fleet: Fleet, job_id: str) -> list[dict[str, object]]:
+    return [e for e in fleet.events() if e["event"] == "start" and e["job"] == job_id]
+
+
+async def test_an_agent_killed_mid_run_has_its_run_rerun_on_another_agent_once(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    doomed = await fleet.start_agent("gpu-a", "cuda12.1", step_s=600)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_for(
+        "the run to start on gpu-a", lambda: any(e["agent"] == "gpu-a" for e in fleet.events())
+    )
+    await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.2)
+    doomed.kill()
+    killed_at = time.time()
+
+    (job,) = await fleet.wait_settled(1)
+    assert job.state == RunState.SUCCEEDED and job.attempts == 2
+    first, second = starts(fleet, job.id)
+    assert (first["agent"], second["agent"]) == ("gpu-a", "gpu-b")
+    # Nothing ran twice at once: the rerun started only after the first agent was dead.
+    assert float(second["t"]) > killed_at  # type: ignore[arg-type]
+    report = fleet.store.report(job.id)
+    assert report is not None and report.runner == "stub@gpu-b"
+    assert len(fleet.bot_comments()) == 1
+    assert fleet.all_check_runs_completed([job])
+    assert "run taken back from a silent agent" in "".join(p.output() for p in fleet.procs)
+
+
+async def test_a_frozen_agent_that_comes_back_is_fenced_and_its_late_result_discarded(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    frozen = await fleet.start_agent("gpu-a", "cuda12.1", step_s=3)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_for(
+        "the run to start on gpu-a", lambda: any(e["agent"] == "gpu-a" for e in fleet.events())
+    )
+    frozen.kill(signal.SIGSTOP)
+    await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.2)
+    (job,) = await fleet.wait_settled(1)  # rerun and finished on gpu-b while gpu-a is frozen
+    assert job.attempts == 2
+
+    frozen.kill(signal.SIGCONT)  # its step is over by now: it comes back with a result
+    await fleet.wait_for("gpu-a to stop", lambda: frozen.popen.poll() is not None)
+    assert frozen.popen.returncode == FENCED_EXIT
+    assert "agent fenced" in frozen.output()
+    after = fleet.store.get_job(job.id)
+    report = fleet.store.report(job.id)
+    assert after is not None and after.state == RunState.SUCCEEDED and after.attempts == 2
+    assert report is not None and report.runner == "stub@gpu-b"  # gpu-a's result never landed
+    assert len(fleet.bot_comments()) == 1
+
+
+@pytest.mark.docker
+async def test_a_push_stops_the_old_container_on_its_agent_and_runs_the_new_head(
+    one_env: Fleet, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-a", "cuda12.1", mode="docker", step_s=600, STUB_IMAGE=test_image)
+    await fleet.start_agent("gpu-b", "cuda12.1", mode="docker", step_s=600, STUB_IMAGE=test_image)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_for("the first run to start", lambda: len(fleet.events()) == 1)
+    (old,) = fleet.jobs()
+    old_agent = fleet.events()[0]["agent"]
+
+    def containers(job_id: str) -> list[object]:
+        return docker_client.containers.list(all=True, filters={"label": f"{STUB_LABEL}={job_id}"})
+
+    assert len(containers(old.id)) == 1
+    new_sha = fleet.new_head(2)
+    fleet.step_for(new_sha, 0.5)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("synchronize", head_sha=new_sha)) == 202
+    jobs = await fleet.wait_settled(2)
+
+    old_done, new_done = jobs
+    assert (old_done.id, old_done.state, new_done.state) == (old.id, RunState.CANCELLED, RunState.SUCCEEDED)
+    assert containers(old.id) == []  # stopped and removed on the agent that ran it
+    events = fleet.events()
+    stopped = next(e for e in events if e["event"] == "stopped" and e["job"] == old.id)
+    started = next(e for e in events if e["event"] == "start" and e["job"] == new_done.id)
+    assert stopped["agent"] == old_agent
+    assert float(started["t"]) >= float(stopped["t"])  # type: ignore[arg-type]  # one running per PR and environment
+    assert len(fleet.bot_comments()) == 1
+    statuses = {r.states[-1]["conclusion"] for r in fleet.fake.check_runs(REPO, head_sha=old.head_sha)}
+    assert statuses == {"cancelled"}
+
+
+async def test_a_serve_replica_killed_mid_delivery_loses_no_acknowledged_delivery(one_env: Fleet) -> None:
+    fleet = one_env
+    doomed = await fleet.start_serve("serve-1")
+    await fleet.start_serve("serve-2")
+    numbers = range(100, 140)
+    for n in numbers:
+        fleet.seed_pull(fleet.sample.head_sha, number=n)
+
+    async def deliver(n: int) -> tuple[str, int | None]:
+        delivery_id = f"delivery-{n}"
+        try:
+            return delivery_id, await fleet.send(
+                doomed, "pull_request", fleet.pr_event("opened", number=n), delivery_id
+            )
+        except aiohttp.ClientError:
+            return delivery_id, None
+
+    sending = [asyncio.create_task(deliver(n)) for n in numbers]
+    await fleet.wait_for("some deliveries to be recorded", lambda: fleet.store.delivery_count() >= 5)
+    doomed.kill()
+    answers = dict(await asyncio.gather(*sending))
+    acknowledged = {d for d, status in answers.items() if status == 202}
+    assert acknowledged and set(answers.values()) <= {202, None}
+
+    def all_handled() -> bool:
+        return fleet.store.delivery_status_count(DeliveryStatus.RECEIVED) == 0
+
+    await fleet.wait_for("every recorded delivery to be handled by serve-2", all_handled)
+    for delivery_id in acknowledged:
+        assert fleet.store.delivery_status(delivery_id) == DeliveryStatus.DISPATCHED
+    for n in numbers:
+        recorded = fleet.store.delivery_status(f"delivery-{n}")
+        assert recorded in (None, DeliveryStatus.DISPATCHED)
+        # Handled means the run was queued with its check runs: exactly once per recorded delivery.
+        assert len(fleet.store.jobs_for_pr(REPO, n)) == (0 if recorded is None else 1)
+
+
+async def test_two_replicas_handling_one_pr_at_once_keep_one_summary_comment(one_env: Fleet) -> None:
+    fleet = one_env
+    first = await fleet.start_serve("serve-1")
+    second = await fleet.start_serve("serve-2")
+    await fleet.start_agent("gpu-a", "cuda12.1", step_s=0.1)
+    await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.1)
+    shas = [fleet.new_head(n) for n in (11, 12, 13)]
+    events = [
+        (first, fleet.pr_event("opened", head_sha=shas[0])),
+        (second, fleet.pr_event("synchronize", head_sha=shas[1])),
+        (first, fleet.pr_event("synchronize", head_sha=shas[2])),
+        (second, fleet.pr_event("reopened", head_sha=shas[2])),
+    ]
+    statuses = await asyncio.gather(*(fleet.send(replica, "pull_request", body) for replica, body in events))
+    assert statuses == [202] * 4
+    await fleet.wait_for(
+        "every delivery handled", lambda: fleet.store.delivery_status_count(DeliveryStatus.DISPATCHED) == 4
+    )
+    await fleet.wait_settled(len(fleet.jobs()))
+    assert len(fleet.bot_comments()) == 1

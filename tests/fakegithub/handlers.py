@@ -133,9 +133,7 @@ async def create_installation_token(ctx: Ctx) -> web.Response:
                 "There is at least one repository that does not exist or is not accessible to the "
                 "parent installation.",
             )
-    if asked is not None and not all(
-        auth.grants(granted, name, level) for name, level in asked.items()
-    ):
+    if asked is not None and not all(auth.grants(granted, name, level) for name, level in asked.items()):
         raise GitHubError(422, "The permissions requested are not granted to this installation.")
     token = ctx.fake.issue_token(inst.id, repositories=names, permissions=asked)
     data = {

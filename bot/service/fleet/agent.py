@@ -195,7 +195,7 @@ class Agent:
         aborted: AbortReason | None = None
         try:
             log.info(
-                "run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts + 1
+                "run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts
             )
             try:
                 report = await asyncio.shield(attempt)
