@@ -187,23 +187,28 @@ async def test_a_serve_replica_killed_mid_delivery_loses_no_acknowledged_deliver
         assert len(fleet.store.jobs_for_pr(REPO, n)) == (0 if recorded is None else 1)
 
 
-async def test_two_replicas_handling_one_pr_at_once_keep_one_summary_comment(one_env: Fleet) -> None:
+async def test_two_replicas_handling_events_of_one_pr_at_once_keep_one_summary_comment(
+    one_env: Fleet,
+) -> None:
     fleet = one_env
     first = await fleet.start_serve("serve-1")
     second = await fleet.start_serve("serve-2")
-    await fleet.start_agent("gpu-a", "cuda12.1", step_s=0.1)
-    await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.1)
-    shas = [fleet.new_head(n) for n in (11, 12, 13)]
-    events = [
-        (first, fleet.pr_event("opened", head_sha=shas[0])),
-        (second, fleet.pr_event("synchronize", head_sha=shas[1])),
-        (first, fleet.pr_event("synchronize", head_sha=shas[2])),
-        (second, fleet.pr_event("reopened", head_sha=shas[2])),
-    ]
-    statuses = await asyncio.gather(*(fleet.send(replica, "pull_request", body) for replica, body in events))
-    assert statuses == [202] * 4
-    await fleet.wait_for(
-        "every delivery handled", lambda: fleet.store.delivery_status_count(DeliveryStatus.DISPATCHED) == 4
-    )
-    await fleet.wait_settled(len(fleet.jobs()))
-    assert len(fleet.bot_comments()) == 1
+    # A slow GitHub keeps both replicas between "is there a summary?" and "post one": without a
+    # lock shared by the replicas, both would post one.
+    fleet.fake.slow("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments", 0.5)
+    pushed = "f" * 40
+    numbers = range(20, 24)
+    for n in numbers:
+        fleet.seed_pull(fleet.sample.head_sha, number=n)
+        # Two events of the PR at once, one through each replica; each replica takes one.
+        statuses = await asyncio.gather(
+            fleet.send(first, "pull_request", fleet.pr_event("opened", number=n)),
+            fleet.send(second, "pull_request", fleet.pr_event("synchronize", number=n, head_sha=pushed)),
+        )
+        assert statuses == [202, 202]
+
+        def handled(n: int = n) -> bool:
+            return fleet.store.delivery_status_count(DeliveryStatus.DISPATCHED) == 2 * (n - 19)
+
+        await fleet.wait_for(f"both events of PR #{n} handled", handled)
+    assert {n: len(fleet.bot_comments(n)) for n in numbers} == {n: 1 for n in numbers}

@@ -4,6 +4,8 @@ REST description, authenticates like GitHub, keeps state, and lets tests seed, i
 
 from __future__ import annotations
 
+import asyncio
+
 import itertools
 import json
 import secrets
@@ -67,6 +69,7 @@ class FakeGitHub:
         self.all_comments: dict[int, Comment] = {}
         self.runs: dict[int, CheckRun] = {}
         self.calls: list[Call] = []
+        self._latency: dict[tuple[str, str], float] = {}
         self.violations: list[Violation] = []
         self._expected: list[str] = []
         self._failures: list[InjectedFailure] = []
@@ -331,6 +334,11 @@ class FakeGitHub:
 
     # --- faults and expectations ----------------------------------------------------------
 
+    def slow(self, method: str, template: str, seconds: float) -> None:
+        """Answer requests of ``method`` to ``template`` (the description's path) ``seconds`` after
+        reading the state: a slow GitHub widens the windows in which concurrent writers interleave."""
+        self._latency[(method, template)] = seconds
+
     def fail(
         self,
         method: str,
@@ -431,7 +439,10 @@ class FakeGitHub:
             return handlers.respond({"message": f"{op.operation_id} is not implemented by the fake"}, 501)
         try:
             ctx = self._context(request, match.params, body, op.operation_id)
-            return await handler(ctx)
+            response = await handler(ctx)
+            # The answer leaves late, as read when the request came: what a slow GitHub shows.
+            await asyncio.sleep(self._latency.get((call.method, op.template), 0.0))
+            return response
         except auth.AuthError as exc:
             return handlers.respond({"message": str(exc), "documentation_url": handlers.DOCS}, 401)
         except handlers.GitHubError as exc:

@@ -30,6 +30,7 @@ from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
 TASK_NAME = "paritybot.run"
 # How long a serve replica keeps a delivery it is handling before another replica may take it.
 DELIVERY_LEASE = timedelta(minutes=2)
+LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
 
 
@@ -90,7 +91,11 @@ class PostgresStore:
         return bool(rows)
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
-        """Due deliveries no live replica holds, now held by this one for DELIVERY_LEASE."""
+        """Due deliveries no live replica holds, now held by this one for its delivery lease.
+
+        A replica takes at most LEASE_BATCH at a time, so deliveries spread over the replicas that
+        are free rather than queueing behind the one that asked first."""
+        limit = min(limit, LEASE_BATCH)
         rows = self._query(
             "UPDATE deliveries SET leased_until = now() + %s WHERE delivery_id IN ("
             " SELECT delivery_id FROM deliveries WHERE status = 'received'"
