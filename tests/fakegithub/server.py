@@ -5,7 +5,6 @@ REST description, authenticates like GitHub, keeps state, and lets tests seed, i
 from __future__ import annotations
 
 import asyncio
-
 import itertools
 import json
 import secrets

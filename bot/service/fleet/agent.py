@@ -194,9 +194,7 @@ class Agent:
         self._tasks.add(attempt)
         aborted: AbortReason | None = None
         try:
-            log.info(
-                "run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts
-            )
+            log.info("run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts)
             try:
                 report = await asyncio.shield(attempt)
             except asyncio.CancelledError:
