@@ -240,6 +240,29 @@ class Fleet:
         self.seed_pull(sha)
         return sha
 
+    def status(self) -> dict[str, Any]:
+        """`paritybot status --json`, as an operator runs it."""
+        done = subprocess.run(
+            [sys.executable, "-m", "bot.cli.main", "status", "--json"],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        text = subprocess.run(
+            [sys.executable, "-m", "bot.cli.main", "status"],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert "Queues:" in text.stdout and "Agents:" in text.stdout and "Running:" in text.stdout
+        return dict(json.loads(done.stdout))
+
     def events(self) -> list[dict[str, Any]]:
         if not self.events_file.exists():
             return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -53,6 +54,30 @@ async def test_each_environment_runs_only_on_agents_of_its_label(fleet: Fleet) -
     assert report is not None and report.runner == "stub@gpu-118"
 
 
+async def test_the_clone_token_an_agent_gets_is_scoped_to_the_repository_and_read_only(fleet: Fleet) -> None:
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-121", "cuda12.1")
+    await fleet.start_agent("gpu-118", "cuda11.8")
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_settled(2)
+
+    digests = {e["token_sha256"] for e in fleet.events() if e["event"] == "start"}
+    issued = {hashlib.sha256(t.encode()).hexdigest(): grant for t, grant in fleet.fake.tokens.items()}
+    assert len(digests) == 2 and digests <= set(issued)  # one token per run, each from the service
+    for digest in digests:
+        grant = issued[digest]
+        assert grant.repositories == frozenset({"calc"}) and grant.permissions == {"contents": "read"}
+    token = next(t for t in fleet.fake.tokens if hashlib.sha256(t.encode()).hexdigest() in digests)
+    headers = {"Authorization": f"token {token}", "Accept": "application/vnd.github+json"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        async with s.get(f"{fleet.fake.url}/repos/{REPO}/contents/.github/paritybot.yml?ref=main") as r:
+            assert r.status == 200
+        async with s.post(f"{fleet.fake.url}/repos/{REPO}/issues/7/comments", json={"body": "x"}) as r:
+            assert r.status == 403
+        async with s.get(f"{fleet.fake.url}/repos/octo-org/other/contents/README.md") as r:
+            assert r.status == 404
+
+
 @pytest.fixture
 async def one_env(fake_github: FakeGitHub, tmp_path: Path, pg_url: str) -> AsyncIterator[Fleet]:
     harness = await Fleet.create(fake_github, tmp_path, pg_url, ONE_ENVIRONMENT)
@@ -75,6 +100,12 @@ async def test_an_agent_killed_mid_run_has_its_run_rerun_on_another_agent_once(o
         "the run to start on gpu-a", lambda: any(e["agent"] == "gpu-a" for e in fleet.events())
     )
     await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.2)
+    status = fleet.status()
+    (running,) = status["running"]
+    agents = {a["name"]: a for a in status["agents"]}
+    assert (running["repo"], running["pr_number"], running["environment"]) == (REPO, 7, "cuda12")
+    assert agents["gpu-a"]["current_job"] == running["id"] and agents["gpu-b"]["current_job"] is None
+    assert agents["gpu-a"]["labels"] == ["cuda12.1"] and agents["gpu-a"]["state"] == "alive"
     doomed.kill()
     killed_at = time.time()
 
