@@ -45,10 +45,11 @@ def event(kind: str, job: Job, name: str, **extra: object) -> None:
 
 
 def step_seconds(job: Job, default: float) -> float:
-    """$STUB_STEPS (a JSON file: head SHA → seconds) overrides the agent's $STUB_STEP_S."""
+    """$STUB_STEPS (a JSON file: "SHA/environment" or head SHA → seconds) overrides $STUB_STEP_S."""
     path = os.environ.get("STUB_STEPS")
     if path and Path(path).exists():
-        return float(json.loads(Path(path).read_text()).get(job.head_sha, default))
+        steps = json.loads(Path(path).read_text())
+        return float(steps.get(f"{job.head_sha}/{job.environment}", steps.get(job.head_sha, default)))
     return default
 
 

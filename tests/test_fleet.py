@@ -218,28 +218,39 @@ async def test_a_serve_replica_killed_mid_delivery_loses_no_acknowledged_deliver
         assert len(fleet.store.jobs_for_pr(REPO, n)) == (0 if recorded is None else 1)
 
 
-async def test_two_replicas_handling_events_of_one_pr_at_once_keep_one_summary_comment(
-    one_env: Fleet,
-) -> None:
+async def test_two_replicas_writing_one_prs_summary_at_once_keep_one_comment(one_env: Fleet) -> None:
+    fleet = one_env
+    replicas = [await fleet.start_serve("serve-1"), await fleet.start_serve("serve-2")]
+    await fleet.start_agent("gpu-a", "cuda12.1", step_s=0.3)
+    # One replica handles the event and writes the summary ("queued") while the other reports the
+    # run its agent started at once ("running"). A slow GitHub keeps both between "is there a
+    # summary?" and "post one": without a lock shared by the replicas, both would post one.
+    fleet.fake.slow("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments", 0.5)
+    numbers = range(20, 26)
+    for n in numbers:
+        fleet.seed_pull(fleet.sample.head_sha, number=n)
+        assert await fleet.send(replicas[n % 2], "pull_request", fleet.pr_event("opened", number=n)) == 202
+        await fleet.wait_settled(1, pr=n)
+    assert {n: len(fleet.bot_comments(n)) for n in numbers} == {n: 1 for n in numbers}
+
+
+async def test_a_prs_events_are_handled_in_order_whichever_replica_takes_them(one_env: Fleet) -> None:
     fleet = one_env
     first = await fleet.start_serve("serve-1")
     second = await fleet.start_serve("serve-2")
-    # A slow GitHub keeps both replicas between "is there a summary?" and "post one": without a
-    # lock shared by the replicas, both would post one.
-    fleet.fake.slow("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments", 0.5)
-    pushed = "f" * 40
-    numbers = range(20, 24)
-    for n in numbers:
-        fleet.seed_pull(fleet.sample.head_sha, number=n)
-        # Two events of the PR at once, one through each replica; each replica takes one.
-        statuses = await asyncio.gather(
-            fleet.send(first, "pull_request", fleet.pr_event("opened", number=n)),
-            fleet.send(second, "pull_request", fleet.pr_event("synchronize", number=n, head_sha=pushed)),
-        )
-        assert statuses == [202, 202]
+    # A slow GitHub: the first event's handling takes a while, and the second, sent to the other
+    # replica, must wait for it rather than overtake it (it would be superseded by the older head).
+    fleet.fake.slow("GET", "/repos/{owner}/{repo}/contents/{path}", 1.0)
+    pushed = fleet.new_head(2)
+    assert await fleet.send(first, "pull_request", fleet.pr_event("opened")) == 202
+    assert await fleet.send(second, "pull_request", fleet.pr_event("synchronize", head_sha=pushed)) == 202
 
-        def handled(n: int = n) -> bool:
-            return fleet.store.delivery_status_count(DeliveryStatus.DISPATCHED) == 2 * (n - 19)
+    def handled() -> bool:
+        return fleet.store.delivery_status_count(DeliveryStatus.DISPATCHED) == 2
 
-        await fleet.wait_for(f"both events of PR #{n} handled", handled)
-    assert {n: len(fleet.bot_comments(n)) for n in numbers} == {n: 1 for n in numbers}
+    await fleet.wait_for("both events handled", handled)
+    jobs = fleet.jobs()
+    assert [(j.head_sha, j.state) for j in jobs] == [
+        (fleet.sample.head_sha, RunState.CANCELLED),
+        (pushed, RunState.QUEUED),
+    ]

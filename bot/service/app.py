@@ -44,6 +44,9 @@ from runner.backends.docker import remove_orphans
 
 log = structlog.get_logger(__name__)
 
+# Several replicas: deliveries each replica handles at once (those of one PR stay one at a time).
+DISPATCH_CONCURRENCY = 8
+
 ENGINE_FIX = (
     "runs fail until the engine is reachable: in deploy/docker-compose.yml, mount the engine's "
     "socket (DOCKER_SOCKET) and set DOCKER_GID to its group (stat -c %g /var/run/docker.sock); "
@@ -183,7 +186,13 @@ async def _build(
             bot_login=bot_login,
         )
 
-    dispatcher = Dispatcher(store, router, context_for, wake=recorded)
+    dispatcher = Dispatcher(
+        store,
+        router,
+        context_for,
+        wake=recorded,
+        concurrency=DISPATCH_CONCURRENCY if fleet is not None else 1,
+    )
     web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
     return Service(settings, store, dispatcher, workers, session, app, web_app, fleet)
 

@@ -40,6 +40,23 @@ def queue_lock(repo: str, pr_number: int | None, environment: str) -> str:
     return f"{repo}#{pr_number if pr_number is not None else 'default'}/{environment}"
 
 
+def pr_key(body: bytes) -> str | None:
+    """``owner/name#number`` of the pull request a delivery is about; None when it names none (or
+    is not what it should be: it is then handled without an order to keep)."""
+    try:
+        data = json.loads(body)
+        repo = data["repository"]["full_name"]
+        item = data.get("pull_request") or data.get("issue")
+        if item is None and isinstance(data.get("check_run"), dict):
+            item = (data["check_run"].get("pull_requests") or [None])[0]
+        number = item["number"] if isinstance(item, dict) else None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    if not isinstance(repo, str) or not isinstance(number, int) or len(repo) > 200:
+        return None
+    return f"{repo}#{number}"
+
+
 def _lock_key(name: str) -> str:
     return f"paritybot:{name}"
 
@@ -84,9 +101,9 @@ class PostgresStore:
 
     def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
         rows = self._query(
-            "INSERT INTO deliveries (delivery_id, event, body) VALUES (%s, %s, %s) "
+            "INSERT INTO deliveries (delivery_id, event, body, pr_key) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS new",
-            (delivery_id, event, body),
+            (delivery_id, event, body, pr_key(body)),
         )
         return bool(rows)
 
@@ -98,10 +115,13 @@ class PostgresStore:
         limit = min(limit, LEASE_BATCH)
         rows = self._query(
             "UPDATE deliveries SET leased_until = now() + %s WHERE delivery_id IN ("
-            " SELECT delivery_id FROM deliveries WHERE status = 'received'"
-            " AND (not_before IS NULL OR not_before <= now())"
-            " AND (leased_until IS NULL OR leased_until <= now())"
-            " ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) "
+            " SELECT d.delivery_id FROM deliveries d WHERE d.status = 'received'"
+            " AND (d.not_before IS NULL OR d.not_before <= now())"
+            " AND (d.leased_until IS NULL OR d.leased_until <= now())"
+            # A PR's deliveries one after another, in order: an older one still to handle comes first.
+            " AND (d.pr_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.pr_key = d.pr_key"
+            " AND o.status = 'received' AND o.seq < d.seq))"
+            " ORDER BY d.seq LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING delivery_id, event, body, received_at, attempts, seq",
             (self.delivery_lease, limit),
         )

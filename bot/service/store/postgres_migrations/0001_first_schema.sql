@@ -11,9 +11,13 @@ CREATE TABLE deliveries (
     error text,
     not_before timestamptz,
     -- a serve replica handling it holds it until then; a replica that died lets it go at that time
-    leased_until timestamptz
+    leased_until timestamptz,
+    -- the pull request it is about (owner/name#number), when it is about one: a PR's deliveries are
+    -- handled one after another in the order GitHub sent them, whichever replicas take them
+    pr_key text
 );
 CREATE INDEX deliveries_pending ON deliveries (seq) WHERE status = 'received';
+CREATE INDEX deliveries_pr_pending ON deliveries (pr_key, seq) WHERE status = 'received';
 
 CREATE TABLE installations (
     installation_id bigint PRIMARY KEY,
