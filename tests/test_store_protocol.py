@@ -41,12 +41,10 @@ def test_a_delivery_is_recorded_once_and_handed_out_until_it_is_finished(store: 
     assert store.record_delivery("d1", "pull_request", b'{"a": 1}') is True
     assert store.record_delivery("d1", "pull_request", b'{"a": 1}') is False  # a redelivery
     assert store.record_delivery("d2", "issue_comment", b"{}") is True
-    pending = store.pending_deliveries()
-    assert [(d.delivery_id, d.event, d.body) for d in pending] == [
-        ("d1", "pull_request", b'{"a": 1}'),
-        ("d2", "issue_comment", b"{}"),
-    ]
+    first = store.pending_deliveries()[0]  # oldest first (PostgreSQL hands out one at a time)
+    assert (first.delivery_id, first.event, first.body) == ("d1", "pull_request", b'{"a": 1}')
     store.finish_delivery("d1", DeliveryStatus.DISPATCHED)
+    assert [(d.delivery_id, d.body) for d in store.pending_deliveries()] == [("d2", b"{}")]
     store.retry_delivery_later("d2", "GitHub answered 502", delay_s=3600)
     assert store.delivery_status("d1") == DeliveryStatus.DISPATCHED
     assert store.delivery_status("d2") == DeliveryStatus.RECEIVED
@@ -54,6 +52,22 @@ def test_a_delivery_is_recorded_once_and_handed_out_until_it_is_finished(store: 
     assert store.delivery_count() == 2
     assert store.delivery_status_count(DeliveryStatus.RECEIVED) == 1
     assert store.delivery_status("nope") is None
+
+
+def test_a_prs_later_delivery_waits_for_its_earlier_one_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        for n, pr in enumerate((7, 7, 8)):
+            body = b'{"repository": {"full_name": "octo-org/calc"}, "pull_request": {"number": %d}}' % pr
+            store.record_delivery(f"d{n}", "pull_request", body)
+        assert [d.delivery_id for d in store.pending_deliveries()] == ["d0"]
+        # d1 is PR 7's too: it waits while d0 is being handled; PR 8's goes ahead.
+        assert [d.delivery_id for d in store.pending_deliveries()] == ["d2"]
+        assert store.pending_deliveries() == []
+        store.finish_delivery("d0", DeliveryStatus.DISPATCHED)
+        assert [d.delivery_id for d in store.pending_deliveries()] == ["d1"]
+    finally:
+        store.close()
 
 
 def test_installations_keep_their_last_action(store: Store) -> None:

@@ -30,7 +30,9 @@ class Store(Protocol):
         ...
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
-        """Deliveries still ``received`` and due (past their retry delay), oldest first."""
+        """Deliveries still ``received`` and due (past their retry delay), oldest first, at most
+        ``limit``. A store shared by several replicas hands each to one replica at a time, and a
+        PR's next delivery only once its previous one is finished."""
         ...
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
