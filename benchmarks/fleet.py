@@ -193,10 +193,33 @@ class Bench:
             proc.wait()
 
 
-async def send_all(bench: Bench, session: aiohttp.ClientSession, prs: int, per_pr: int) -> dict[str, float]:
-    """Every event once, 16 in flight, both replicas in turn; returns the send time of each head."""
+def event_body(bench: Bench, action: str, pr: int, head: str) -> tuple[bytes, dict[str, str]]:
+    """A signed `pull_request` delivery: GitHub's real payload, with this PR and head."""
     from payloads import delivery, pull_request_event
 
+    payload = pull_request_event(
+        action,
+        number=pr,
+        head_sha=head,
+        base_ref="main",
+        base_sha=BASE_SHA,
+        repo_full_name=REPO,
+        clone_url="file:///nonexistent.git",
+        installation_id=1,
+        api_url=bench.fake_url,
+    )
+    return delivery("pull_request", payload, SECRET)
+
+
+async def post_event(bench: Bench, action: str, pr: int, head: str) -> None:
+    body, headers = event_body(bench, action, pr, head)
+    url = f"http://127.0.0.1:{next(iter(bench.ports.values()))}/webhook"
+    async with aiohttp.ClientSession() as s, s.post(url, data=body, headers=headers) as r:
+        assert r.status == 202
+
+
+async def send_all(bench: Bench, session: aiohttp.ClientSession, prs: int, per_pr: int) -> dict[str, float]:
+    """Every event once, 16 in flight, both replicas in turn; returns the send time of each head."""
     gate = asyncio.Semaphore(16)
     sent: dict[str, float] = {}
     failures = 0
@@ -205,19 +228,7 @@ async def send_all(bench: Bench, session: aiohttp.ClientSession, prs: int, per_p
 
     async def one(i: int, pr: int, k: int) -> None:
         nonlocal failures
-        action = "opened" if k == 0 else "synchronize"
-        payload = pull_request_event(
-            action,
-            number=pr,
-            head_sha=sha(pr, k),
-            base_ref="main",
-            base_sha=BASE_SHA,
-            repo_full_name=REPO,
-            clone_url="file:///nonexistent.git",
-            installation_id=1,
-            api_url=bench.fake_url,
-        )
-        body, headers = delivery("pull_request", payload, SECRET)
+        body, headers = event_body(bench, "opened" if k == 0 else "synchronize", pr, sha(pr, k))
         async with gate:
             sent[sha(pr, k)] = time.time()
             async with session.post(replicas[i % 2], data=body, headers=headers) as r:
@@ -310,7 +321,7 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
     stats = fake.recv()
     comments = list(stats["comments"].values())
 
-    recoveries = await kill_agents(bench, kill_prs, sent)
+    recoveries = await kill_agents(bench, kill_prs)
 
     print(
         f"load: {total} pull_request events over {args.prs} PRs and {len(ENVIRONMENTS)} environments, "
@@ -378,33 +389,13 @@ def count_lost(bench: Bench, args: argparse.Namespace) -> int:
     return int(lost)
 
 
-async def kill_agents(bench: Bench, kill_prs: list[int], sent: dict[str, float]) -> list[float]:
+async def kill_agents(bench: Bench, kill_prs: list[int]) -> list[float]:
     """For each: a long run on cuda11.8, kill -9 its agent, time until another agent starts it."""
-    from payloads import delivery, pull_request_event
-
     recoveries: list[float] = []
     for pr in kill_prs:
         head = sha(pr, 0)
         bench.steps.write_text(json.dumps({f"{head}/cuda11": 600}))
-        payload = pull_request_event(
-            "opened",
-            number=pr,
-            head_sha=head,
-            base_ref="main",
-            base_sha=BASE_SHA,
-            repo_full_name=REPO,
-            clone_url="file:///nonexistent.git",
-            installation_id=1,
-            api_url=bench.fake_url,
-        )
-        body, headers = delivery("pull_request", payload, SECRET)
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(
-                f"http://127.0.0.1:{next(iter(bench.ports.values()))}/webhook", data=body, headers=headers
-            ) as r,
-        ):
-            assert r.status == 202
+        await post_event(bench, "opened", pr, head)
 
         def started(job_sha: str = head) -> list[dict[str, Any]]:
             return [e for e in bench.read_events() if e["event"] == "start" and e["sha"] == job_sha]
@@ -440,25 +431,7 @@ async def kill_agents(bench: Bench, kill_prs: list[int], sent: dict[str, float])
             120,
         )
         # The rerun, long too, is stopped by closing the PR.
-        payload = pull_request_event(
-            "closed",
-            number=pr,
-            head_sha=head,
-            base_ref="main",
-            base_sha=BASE_SHA,
-            repo_full_name=REPO,
-            clone_url="file:///nonexistent.git",
-            installation_id=1,
-            api_url=bench.fake_url,
-        )
-        body, headers = delivery("pull_request", payload, SECRET)
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(
-                f"http://127.0.0.1:{next(iter(bench.ports.values()))}/webhook", data=body, headers=headers
-            ) as r,
-        ):
-            assert r.status == 202
+        await post_event(bench, "closed", pr, head)
         await bench.wait(
             "the PR closed",
             lambda p=pr: (

@@ -12,19 +12,16 @@ than this code is refused, as for SQLite.
 
 from __future__ import annotations
 
-import re
-from importlib import resources
 from pathlib import Path
 
 import psycopg
 from procrastinate.schema import SchemaManager
 
 from bot.service.store.protocol import StoreError
-from bot.service.store.sqlite_schema import Migration
+from bot.service.store.sqlite_schema import Migration, numbered_migrations
 
 # Any constant will do: it only has to be the same for every process that migrates this database.
 _MIGRATION_LOCK = 0x70617269_7479  # "parity"
-_MIGRATION_FILE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 
 # The tables the agents' role works on in procrastinate's schema (its worker fetches, finishes,
 # heartbeats and, in the reaper, defers); granted again after every upgrade, for tables it adds.
@@ -39,15 +36,7 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO paritybot_agent;
 
 def migrations() -> list[Migration]:
     """paritybot's numbered PostgreSQL migrations, in order, numbered 1, 2, 3… without a gap."""
-    folder = resources.files("bot.service.store").joinpath("postgres_migrations")
-    found = sorted(
-        Migration(int(m[1]), entry.name, entry.read_text(encoding="utf-8"))
-        for entry in folder.iterdir()
-        if (m := _MIGRATION_FILE.fullmatch(entry.name))
-    )
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise StoreError(f"migrations are not numbered 1..{len(found)}: {[m.name for m in found]}")
-    return found
+    return numbered_migrations("postgres_migrations")
 
 
 def procrastinate_migrations() -> list[tuple[str, str]]:
