@@ -254,3 +254,27 @@ async def test_a_prs_events_are_handled_in_order_whichever_replica_takes_them(on
         (fleet.sample.head_sha, RunState.CANCELLED),
         (pushed, RunState.QUEUED),
     ]
+
+
+async def test_an_agent_stopped_mid_run_gives_its_run_back_to_the_queue(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    leaving = await fleet.start_agent("gpu-a", "cuda12.1", step_s=600)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_for(
+        "the run to start on gpu-a", lambda: any(e["agent"] == "gpu-a" for e in fleet.events())
+    )
+    await fleet.start_agent("gpu-b", "cuda12.1", step_s=0.2)
+    leaving.kill(signal.SIGTERM)  # a deploy, a reboot: the agent stops its container and says so
+
+    (job,) = await fleet.wait_settled(1)
+    assert leaving.popen.wait(30) == 0
+    assert job.state == RunState.SUCCEEDED and job.attempts == 2
+    assert [(e["agent"], e["event"]) for e in fleet.events()] == [
+        ("gpu-a", "start"),
+        ("gpu-a", "stopped"),
+        ("gpu-b", "start"),
+        ("gpu-b", "end"),
+    ]
+    assert "run queued again for another agent" in leaving.output()
+    assert len(fleet.bot_comments()) == 1

@@ -4,9 +4,13 @@ sealed clone tokens and the schema command."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -23,6 +27,7 @@ __all__ = ["pg_url"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.postgres
 
 REPO = "octo-org/calc"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -260,3 +265,28 @@ def test_a_missing_procrastinate_migration_is_applied_by_the_next_upgrade(pg_url
         # As if the database was made by an older procrastinate: its last migration not yet applied.
         conn.execute("DELETE FROM paritybot_procrastinate_migrations WHERE name = %s", (last,))
         assert postgres_schema.migrate(conn, "db")[1] == [last]
+
+
+def test_db_upgrade_makes_both_schemas_then_finds_nothing_to_do(pg_url: str, tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "PARITYBOT_DATABASE_URL": pg_url}
+
+    def upgrade() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bot.cli.main", "db", "upgrade"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    first, second = upgrade(), upgrade()
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    version = len(postgres_schema.migrations())
+    assert first.stdout.endswith(
+        f"paritybot schema {version}; procrastinate migrations applied: schema.sql\n"
+    )
+    assert second.stdout.endswith(
+        f"paritybot schema {version}; procrastinate migrations applied: none needed\n"
+    )
+    assert "@" in first.stdout and "password" not in first.stdout

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres_support import pg_url  # noqa: F401 - a fixture
+from postgres_support import pg_url
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.scheduler import dedupe_key
@@ -16,6 +16,7 @@ from bot.service.store.protocol import Store
 from bot.service.store.records import DeliveryStatus, PullState
 from bot.service.store.sqlite import SQLiteStore
 
+__all__ = ["pg_url"]  # the fixture, imported for pytest
 REPO = "octo-org/calc"
 
 
@@ -54,7 +55,8 @@ def test_a_delivery_is_recorded_once_and_handed_out_until_it_is_finished(store: 
     assert store.delivery_status("nope") is None
 
 
-def test_a_prs_later_delivery_waits_for_its_earlier_one_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+@pytest.mark.postgres
+def test_a_prs_later_delivery_waits_for_its_earlier_one_on_postgresql(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     try:
         for n, pr in enumerate((7, 7, 8)):
