@@ -111,6 +111,15 @@ def test_only_the_agent_that_still_owns_a_run_can_record_its_result(store: Fleet
     assert kept is not None and kept.runner == "stub@gpu-b"
 
 
+def test_an_agent_whose_worker_row_was_pruned_learns_it_at_its_next_heartbeat(store: FleetStore) -> None:
+    worker = register(store)
+    store.register_agent(worker, "gpu-a", "gpu-a", ["cuda12.1"], [], None)
+    assert store.agent_heartbeat(worker) is True
+    # What procrastinate does to workers silent past its timeout when another worker starts.
+    store._query("SELECT * FROM procrastinate_prune_stalled_workers_v1(-1)")
+    assert store.agent_heartbeat(worker) is False
+
+
 def test_a_result_is_refused_once_procrastinate_no_longer_shows_the_job_doing_for_that_worker(
     store: FleetStore,
 ) -> None:

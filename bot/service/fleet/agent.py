@@ -146,6 +146,12 @@ class Agent:
 
     async def heartbeat(self) -> None:
         assert self.worker_id is not None
+        # Silence is judged before writing: an agent that comes back from a freeze must not erase
+        # it with a fresh heartbeat before its watchdog had a look.
+        silent = time.monotonic() - self._last_beat
+        if silent > self.config.fence_after_s:
+            await self.fence(f"no heartbeat written for {silent:.1f} s")
+            return
         try:
             alive = await asyncio.wait_for(
                 asyncio.to_thread(self.store.agent_heartbeat, self.worker_id), self.config.heartbeat_s

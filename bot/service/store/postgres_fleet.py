@@ -82,14 +82,18 @@ class FleetStore(PostgresStore):
 
     def agent_heartbeat(self, worker_id: int) -> bool:
         """Both heartbeats (procrastinate's and the agent's) in one transaction; False when the
-        reaper has already given this agent's jobs away: the agent must stop what it runs."""
+        agent was given up meanwhile (the reaper gave its jobs away, or a starting worker pruned
+        its procrastinate row): it must stop what it runs."""
         with self._tx() as c:
-            c.execute("SELECT procrastinate_update_heartbeat_v1(%s)", (worker_id,))
-            row = c.execute(
+            # procrastinate_update_heartbeat_v1, saying whether the worker's row is still there.
+            known = c.execute(
+                "UPDATE procrastinate_workers SET last_heartbeat = now() WHERE id = %s RETURNING 1", (worker_id,)
+            ).fetchone()
+            alive = c.execute(
                 "UPDATE agents SET last_heartbeat = now() WHERE worker_id = %s AND lost_at IS NULL RETURNING 1",
                 (worker_id,),
             ).fetchone()
-        return row is not None
+        return known is not None and alive is not None
 
     def agent_stopped(self, worker_id: int) -> None:
         self._query("UPDATE agents SET stopped_at = now() WHERE worker_id = %s RETURNING 1", (worker_id,))
