@@ -150,6 +150,19 @@ def test_the_reaper_leaves_live_agents_alone_and_fails_a_run_past_its_attempts(s
     assert [j.id for j in store.jobs_to_report()] == [alive.id, dead.id]
 
 
+def test_a_run_whose_queue_job_ended_without_it_is_taken_back(store: FleetStore) -> None:
+    job = enqueue(store)
+    worker = register(store)
+    queue_job = fetch(store, worker)
+    assert queue_job is not None and store.start_attempt(job.id, queue_job, worker, "gpu-a") is not None
+    # The agent's task failed before it wrote the run's end; procrastinate ended the queue job.
+    store._query("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (queue_job,))
+    (reaped,) = store.reap(stalled_after_s=60, max_attempts=3)
+    assert (reaped.job_id, reaped.outcome) == (job.id, "requeued")
+    again = store.get_job(job.id)
+    assert again is not None and again.state == RunState.QUEUED and again.queue_job_id != queue_job
+
+
 def test_several_reapers_at_once_take_each_stalled_run_once(store: FleetStore, pg_url: str) -> None:
     jobs = [enqueue(store, f"{n:040x}", f"k{n}", pr=n) for n in range(1, 13)]
     worker = register(store)

@@ -87,7 +87,8 @@ class FleetStore(PostgresStore):
         with self._tx() as c:
             # procrastinate_update_heartbeat_v1, saying whether the worker's row is still there.
             known = c.execute(
-                "UPDATE procrastinate_workers SET last_heartbeat = now() WHERE id = %s RETURNING 1", (worker_id,)
+                "UPDATE procrastinate_workers SET last_heartbeat = now() WHERE id = %s RETURNING 1",
+                (worker_id,),
             ).fetchone()
             alive = c.execute(
                 "UPDATE agents SET last_heartbeat = now() WHERE worker_id = %s AND lost_at IS NULL RETURNING 1",
@@ -195,6 +196,15 @@ class FleetStore(PostgresStore):
                     continue
                 outcome = self._after_stall(c, row, max_attempts)
                 reaped.append(Reaped(row["id"], outcome, q["worker_id"]))
+            # A run whose queue job ended without the run's own end being written (its agent failed
+            # between the two): taken back the same way.
+            orphans = c.execute(
+                "SELECT j.* FROM jobs j JOIN procrastinate_jobs q ON q.id = j.queue_job_id "
+                "WHERE j.state IN ('queued', 'running') AND q.status NOT IN ('todo', 'doing') "
+                "FOR UPDATE OF j SKIP LOCKED"
+            ).fetchall()
+            for row in orphans:
+                reaped.append(Reaped(row["id"], self._after_stall(c, row, max_attempts), row["worker_id"]))
         return reaped
 
     def _after_stall(self, c: Any, row: dict[str, Any], max_attempts: int) -> str:
