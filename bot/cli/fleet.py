@@ -35,14 +35,13 @@ def db_upgrade_main(settings: Settings) -> int:
     if settings.is_postgres:
         import psycopg
 
-        from bot.service.store.postgres import _safe
-        from bot.service.store.postgres_schema import migrate
+        from bot.service.store.postgres_schema import migrate, safe_url
 
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            version, applied = migrate(conn, _safe(settings.database_url))
+            version, applied = migrate(conn, safe_url(settings.database_url))
         done = ", ".join(applied) if applied else "none needed"
         print(
-            f"{_safe(settings.database_url)}: paritybot schema {version}; procrastinate migrations applied: {done}"
+            f"{safe_url(settings.database_url)}: paritybot schema {version}; procrastinate migrations applied: {done}"
         )
         return 0
     from bot.service.store.sqlite import SQLiteStore

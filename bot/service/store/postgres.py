@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
-from bot.service.store.postgres_schema import migrate
-from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+from bot.service.store.postgres_schema import migrate, safe_url
+from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, pr_key
 
 TASK_NAME = "paritybot.run"
 # How long a serve replica keeps a delivery it is handling before another replica may take it.
@@ -38,23 +38,6 @@ def queue_lock(repo: str, pr_number: int | None, environment: str) -> str:
     """procrastinate's lock and queueing lock of a job: one queued and one running per PR and
     environment (runs of the default branch share one per repository and environment)."""
     return f"{repo}#{pr_number if pr_number is not None else 'default'}/{environment}"
-
-
-def pr_key(body: bytes) -> str | None:
-    """``owner/name#number`` of the pull request a delivery is about; None when it names none (or
-    is not what it should be: it is then handled without an order to keep)."""
-    try:
-        data = json.loads(body)
-        repo = data["repository"]["full_name"]
-        item = data.get("pull_request") or data.get("issue")
-        if item is None and isinstance(data.get("check_run"), dict):
-            item = (data["check_run"].get("pull_requests") or [None])[0]
-        number = item["number"] if isinstance(item, dict) else None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return None
-    if not isinstance(repo, str) or not isinstance(number, int) or len(repo) > 200:
-        return None
-    return f"{repo}#{number}"
 
 
 def _lock_key(name: str) -> str:
@@ -76,7 +59,7 @@ class PostgresStore:
         self.delivery_lease = delivery_lease
         if migrate_schema:
             with psycopg.connect(url, autocommit=True) as conn:
-                self.schema_version, _ = migrate(conn, _safe(url))
+                self.schema_version, _ = migrate(conn, safe_url(url))
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -403,12 +386,3 @@ def _job(r: dict[str, Any]) -> Job:
         queue_job_id=r["queue_job_id"],
         host=r["host"],
     )
-
-
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "the database"
-    return f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', '')}/{info.get('dbname', '')}"

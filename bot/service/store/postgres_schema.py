@@ -97,3 +97,12 @@ def _procrastinate(conn: psycopg.Connection) -> list[str]:
             conn.execute("INSERT INTO paritybot_procrastinate_migrations (name) VALUES (%s)", (name,))
             applied.append(name)
     return applied
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "the database"
+    return f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', '')}/{info.get('dbname', '')}"
