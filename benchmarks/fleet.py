@@ -12,7 +12,9 @@ a new database is made for the run and dropped after it. Prints:
 
 - events/s accepted (202s per second of sending, 16 requests in flight, both replicas in turn);
 - time from a delivery's POST to its job's start on an agent, p50/p99 (jobs superseded before they
-  started have no start);
+  started have no start): under the burst of 1,000, and paced (PRs opened one at a time before it);
+- CPU per event of each role (serve replicas, agents, the fake GitHub, PostgreSQL), from /proc: what
+  the figures above cost, whatever else the machine is doing;
 - jobs lost (a PR's last head without a succeeded run in each environment, a delivery never handled,
   a job left queued or running) and duplicate runs (a job started twice, or two runs of one PR and
   environment at once), both with goal 0; summaries per PR (goal 1) and check runs left open (goal 0);
@@ -74,7 +76,7 @@ def fake_github_process(conn: Any, prs: int, events_per_pr: int, kill_prs: list[
         await fake.start()
         fake.add_repo(REPO, installation_id=1, clone_url="file:///nonexistent.git")
         fake.set_file(REPO, ".github/paritybot.yml", CONFIG, ref="main")
-        for pr in [*range(1, prs + 1), *kill_prs]:
+        for pr in [*range(1, prs + 1), *kill_prs, *range(500, 600)]:
             fake.add_pull(
                 REPO,
                 pr,
@@ -113,6 +115,29 @@ def transactions(url: str) -> int:
             "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
         return int(row[0]) if row else 0
+
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """User + system CPU of a process (and of its reaped children), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu() -> float:
+    """The cluster's CPU: its postmaster with the backends it reaped, and those still running."""
+    pid_file = Path(os.environ.get("PARITYBOT_PG_DIR", "/tmp/paritybot-postgres")) / "data" / "postmaster.pid"
+    try:
+        postmaster = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    live = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(postmaster)], capture_output=True, text=True
+    ).stdout
+    return cpu_seconds(postmaster, children=True) + sum(cpu_seconds(int(p)) for p in live.split())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -253,6 +278,7 @@ async def run(args: argparse.Namespace, url: str, tmp: Path) -> None:
     )
     fake.start()
     bench.fake_url, bench.app_id, bench.key = parent.recv()
+    bench.fake_pid = fake.pid or 0
     try:
         await measure(bench, args, parent, kill_prs)
     finally:
@@ -294,7 +320,10 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
     await asyncio.sleep(args.idle)
     idle_all = (transactions(bench.url) - before) / args.idle
 
+    paced = await paced_latency(bench, args)
+
     total = args.prs * args.events_per_pr
+    cpu_before = cpu_by_role(bench)
     # A busy machine may take a while to answer: count what is not a 202, never give up on one.
     patient = aiohttp.ClientTimeout(total=None, sock_connect=300, sock_read=300)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32), timeout=patient) as session:
@@ -310,6 +339,7 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
         return pending == 0
 
     settle_s = await bench.wait("the load to settle", settled)
+    cpu = {role: (after - cpu_before[role]) / total * 1000 for role, after in cpu_by_role(bench).items()}
     events = bench.read_events()
     starts: dict[str, list[dict[str, Any]]] = {}
     for e in events:
@@ -342,6 +372,11 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
         f"  delivery → job start:         p50 {pct(latency, 0.5):.0f} ms, p99 {pct(latency, 0.99):.0f} ms, "
         f"max {max(latency, default=float('nan')):.0f} ms"
     )
+    print(
+        f"  delivery → job start, paced:  p50 {pct(paced, 0.5):.0f} ms, p99 {pct(paced, 0.99):.0f} ms "
+        f"({len(paced)} PRs opened one every {args.pace_s} s, nothing else going on)"
+    )
+    print("  CPU per event:                " + ", ".join(f"{role} {ms:.0f} ms" for role, ms in cpu.items()))
     print(f"  jobs lost:                    {lost} (goal 0)")
     print(
         f"  duplicate runs:               {duplicates} started twice, {overlaps} overlapping runs of one "
@@ -360,6 +395,41 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
         f"  PostgreSQL transactions/s:    {idle_agents:.1f} with {len(AGENTS)} idle agents; "
         f"{idle_all:.1f} with the 2 replicas idle too"
     )
+
+
+def cpu_by_role(bench: Bench) -> dict[str, float]:
+    roles = {
+        "serve": 0.0,
+        "agents": 0.0,
+        "fake GitHub": cpu_seconds(bench.fake_pid),
+        "PostgreSQL": postgres_cpu(),
+    }
+    for name, proc in bench.procs.items():
+        roles["serve" if name.startswith("serve") else "agents"] += cpu_seconds(proc.pid)
+    return roles
+
+
+async def paced_latency(bench: Bench, args: argparse.Namespace) -> list[float]:
+    """Delivery → job start when nothing waits before it: new PRs opened one at a time."""
+    latencies = []
+    for i in range(args.paced):
+        pr = 500 + i
+        head = sha(pr, 0)
+        sent = time.time()
+        await post_event(bench, "opened", pr, head)
+        await bench.wait(
+            "the paced runs",
+            lambda h=head: (
+                len({e["job"] for e in bench.read_events() if e["sha"] == h and e["event"] == "start"})
+                == len(ENVIRONMENTS)
+            ),
+            120,
+        )
+        latencies += [
+            (e["t"] - sent) * 1000 for e in bench.read_events() if e["sha"] == head and e["event"] == "start"
+        ]
+        await asyncio.sleep(args.pace_s)
+    return latencies
 
 
 def count_overlaps(events: list[dict[str, Any]], bench: Bench) -> int:
@@ -464,6 +534,8 @@ def main() -> int:
     parser.add_argument("--step", type=float, default=0.05, help="seconds the stub step takes")
     parser.add_argument("--kills", type=int, default=3, help="kill -9 rounds for the recovery figure")
     parser.add_argument("--idle", type=float, default=10, help="seconds each idle measurement lasts")
+    parser.add_argument("--paced", type=int, default=20, help="PRs opened one at a time, before the load")
+    parser.add_argument("--pace-s", type=float, default=1.0, help="seconds between the paced PRs")
     args = parser.parse_args()
     server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
     if not server:

@@ -150,7 +150,7 @@ async def _fleet_parts(
     fleet = FleetLoops(
         store,
         app,
-        RunReporting(store, app, locks),
+        RunReporting(store, app, locks, refresh_waiting=False),
         locks,
         settings.database_url,
         heartbeat_s=settings.heartbeat_s,

@@ -34,10 +34,16 @@ class RunReporting:
     the reaction to the comment that asked for it). The in-process worker calls it around each
     run; with several hosts, the service calls it for the state changes the agents record."""
 
-    def __init__(self, store: Store, app: GitHubApp | None, locks: PrLocking):
+    def __init__(
+        self, store: Store, app: GitHubApp | None, locks: PrLocking, *, refresh_waiting: bool = True
+    ):
         self.store = store
         self.app = app
         self.locks = locks
+        # One machine: a run that starts moves every waiting PR up one place, and their summaries
+        # say so. Several hosts start runs on many agents at once: refreshing waiting summaries at
+        # each start costs O(waiting) per run; there, a summary is refreshed when its own run moves.
+        self.refresh_waiting = refresh_waiting
 
     async def reporter(self, job: Job) -> GitHubReporter | None:
         installation = job.request.installation_id
@@ -49,7 +55,8 @@ class RunReporting:
     async def started(self, job: Job) -> None:
         reporter = await self.reporter(job)
         pr = job.pr_number
-        await _send_reports("queue positions", self._refresh_waiting(job))
+        if self.refresh_waiting:
+            await _send_reports("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)

@@ -260,7 +260,7 @@ class Agent:
                 except SealError as exc:
                     raise TokenError(str(exc)) from None
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.1)
         raise TokenError(f"no paritybot service answered within {TOKEN_WAIT_S:.0f} s")
 
 
