@@ -235,7 +235,9 @@ def test_the_secrets_as_shipped_make_each_workload_refuse_to_start(
     component: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = mounted_files(the(component), tmp_path, {})
-    with pytest.raises(SettingsError, match=r"^PARITYBOT_(APP_ID|DATABASE_PASSWORD_FILE|WEBHOOK_SECRET_FILE)"):
+    with pytest.raises(
+        SettingsError, match=r"^PARITYBOT_(APP_ID|DATABASE_PASSWORD_FILE|WEBHOOK_SECRET_FILE)"
+    ):
         settings_from(env, monkeypatch).require_serving()
 
 
