@@ -10,6 +10,7 @@ calls and events need.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -321,6 +322,7 @@ def test_compose_publishes_and_probes_the_services_port() -> None:
     assert f"127.0.0.1:{port}/healthz" in probe and "curl" not in probe
 
 
+@functools.cache
 def compose_command() -> list[str] | None:
     for cmd in (["docker", "compose"], ["docker-compose"]):
         if shutil.which(cmd[0]) and subprocess.run([*cmd, "version"], capture_output=True).returncode == 0:

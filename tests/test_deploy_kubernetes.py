@@ -29,8 +29,9 @@ K8S = ROOT / "deploy" / "kubernetes"
 # the validator knows.
 VERSIONS = ("1.27", kubernetes_validate.latest_version())
 SETTING_NAMES = {f"PARITYBOT_{name.upper()}" for name in Settings.model_fields}
-# Read by libraries, not by paritybot's settings: the Docker SDK and the NVIDIA container runtime.
-OTHER_ENV = {"DOCKER_HOST", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+# Read by libraries, not by paritybot's settings: the Docker SDK and the NVIDIA container runtime;
+# and the node's name, which the agent's arguments use.
+OTHER_ENV = {"DOCKER_HOST", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NODE_NAME"}
 WORKLOAD_KINDS = {"Deployment", "DaemonSet", "Job"}
 # The volume types the "restricted" Pod Security Standard allows.
 RESTRICTED_VOLUMES = {
@@ -86,10 +87,14 @@ def secrets() -> dict[tuple[str, str], dict[str, str]]:
     }
 
 
+def secret_ref(env: dict[str, Any]) -> dict[str, str] | None:
+    return env.get("valueFrom", {}).get("secretKeyRef")
+
+
 def secrets_used(workload: dict[str, Any]) -> set[str]:
     names = {v["secret"]["secretName"] for v in pod(workload).get("volumes", []) if "secret" in v}
     for c in pod(workload)["containers"]:
-        names |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if "valueFrom" in e}
+        names |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if secret_ref(e)}
         names |= {e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e}
     return names
 
@@ -147,6 +152,10 @@ def test_each_workload_runs_its_roles_command_from_this_release() -> None:
     assert args["serve"] == ["serve"]
     assert args["db-upgrade"] == ["db", "upgrade"]
     assert args["agent"][:2] == ["agent", "--labels"] and args["agent"][2]
+    # Kubernetes leaves a $(VAR) it cannot resolve as it is: each must be in the container's env.
+    for w in workloads().values():
+        defined = {e["name"] for e in container(w)["env"]}
+        assert set(re.findall(r"\$\((\w+)\)", " ".join(container(w)["args"]))) <= defined
     for name, w in workloads().items():
         assert container(w)["image"] == f"paritybot:{version}", name
 
@@ -154,7 +163,7 @@ def test_each_workload_runs_its_roles_command_from_this_release() -> None:
 def test_only_serve_holds_the_apps_key_and_webhook_secret() -> None:
     used = {role(w): secrets_used(w) for w in workloads().values()}
     assert used == {
-        "serve": {"paritybot-app", "paritybot-db-serve"},
+        "serve": {"paritybot-app", "paritybot-db-owner"},
         "db-upgrade": {"paritybot-db-owner"},
         "agent": {"paritybot-db-agent"},
     }
@@ -174,8 +183,7 @@ def test_every_secret_a_workload_reads_exists_with_its_keys() -> None:
                 keys = held[(ns, volume["secret"]["secretName"])]
                 assert {i["key"] for i in volume["secret"].get("items", [])} <= keys.keys(), name
         for e in container(w).get("env", []):
-            if "valueFrom" in e:
-                ref = e["valueFrom"]["secretKeyRef"]
+            if ref := secret_ref(e):
                 assert ref["key"] in held[(ns, ref["name"])], f"{name}: {e['name']}"
 
 
@@ -209,9 +217,10 @@ def mounted_files(workload: dict[str, Any], tmp_path: Path, values: dict[str, st
         moved[mount["mountPath"]] = target
     env: dict[str, str] = {}
     for e in container(workload)["env"]:
-        if "valueFrom" in e:
-            ref = e["valueFrom"]["secretKeyRef"]
+        if ref := secret_ref(e):
             env[e["name"]] = values.get(f"{ref['name']}/{ref['key']}", held[(ns, ref["name"])][ref["key"]])
+            continue
+        if "valueFrom" in e:  # the pod's own fields (the node's name): not a setting
             continue
         value = e["value"]
         for mount_path, target in moved.items():
@@ -249,14 +258,14 @@ def test_filled_secrets_reach_serve_through_the_settings_paths(
         "paritybot-app/app-id": "123456",
         "paritybot-app/private-key.pem": pem,
         "paritybot-app/webhook-secret": "0123456789abcdef\n",
-        "paritybot-db-serve/password": "serve-pass\n",
+        "paritybot-db-owner/password": "owner-pass\n",
     }
     settings = settings_from(mounted_files(the("serve"), tmp_path, values), monkeypatch)
     assert settings.app_id == 123456
     assert settings.private_key_text() == pem
     assert settings.webhook_secret is not None
     assert settings.webhook_secret.get_secret_value() == "0123456789abcdef"
-    assert settings.database_url.startswith("postgresql://paritybot_serve:serve-pass@")
+    assert settings.database_url.startswith("postgresql://paritybot:owner-pass@")
 
 
 @pytest.mark.parametrize("component", ["agent", "db-upgrade"])

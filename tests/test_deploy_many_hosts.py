@@ -9,12 +9,16 @@ the guide runs it, when a compose tool is installed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from docker_support import unavailable
 from test_deploy_files import (
     COMPOSE,
     COMPOSE_FILES,
@@ -72,7 +76,7 @@ def test_an_agent_host_has_nothing_of_the_app() -> None:
     assert mounted == {"paritybot_db_agent_password"}
 
 
-def test_each_role_connects_as_its_own_database_role_with_a_password_file() -> None:
+def test_the_agents_connect_as_their_own_database_role_with_a_password_file() -> None:
     roles = {}
     for path, name in [(CONTROL, "db-upgrade"), (CONTROL, "serve"), (AGENT, "agent")]:
         env = services(path)[name]["environment"]
@@ -83,9 +87,10 @@ def test_each_role_connects_as_its_own_database_role_with_a_password_file() -> N
         assert ":" not in roles[name], f"{name}: a password in the URL shows in docker inspect"
         secret = env["PARITYBOT_DATABASE_PASSWORD_FILE"].removeprefix("/run/secrets/")
         assert secret in services(path)[name]["secrets"]
-    assert roles == {"db-upgrade": "paritybot", "serve": "paritybot_serve", "agent": "paritybot_agent"}
+    # serve migrates at start-up too, so it connects as the schema's owner; the agents never do.
+    assert roles == {"db-upgrade": "paritybot", "serve": "paritybot", "agent": "paritybot_agent"}
     assert services(CONTROL)["postgres"]["environment"]["POSTGRES_USER"] == roles["db-upgrade"]
-    assert "paritybot_$role" in INIT_ROLES.read_text()
+    assert "CREATE ROLE paritybot_agent LOGIN" in INIT_ROLES.read_text()
 
 
 def test_the_app_secrets_are_mounted_in_serve_alone() -> None:
@@ -93,7 +98,7 @@ def test_the_app_secrets_are_mounted_in_serve_alone() -> None:
     assert secret_settings_point_at_required_mounted_secrets(CONTROL, "serve") == {
         "paritybot_private_key",
         "paritybot_webhook_secret",
-        "paritybot_db_serve_password",
+        "paritybot_db_owner_password",
     }
     for name in ("postgres", "db-upgrade"):
         assert not {"paritybot_private_key", "paritybot_webhook_secret"} & set(svc[name]["secrets"]), name
@@ -139,7 +144,6 @@ def secret_files(tmp_path: Path) -> dict[str, str]:
         "PARITYBOT_PRIVATE_KEY_FILE",
         "PARITYBOT_WEBHOOK_SECRET_FILE",
         "PARITYBOT_DB_OWNER_PASSWORD_FILE",
-        "PARITYBOT_DB_SERVE_PASSWORD_FILE",
         "PARITYBOT_DB_AGENT_PASSWORD_FILE",
     ):
         path = tmp_path / var.lower()
@@ -167,6 +171,7 @@ def render(compose: list[str], env: dict[str, str], *files: Path) -> subprocess.
 CONTROL_ENV = {"PARITYBOT_APP_ID": "1"}
 AGENT_ENV = {
     "PARITYBOT_AGENT_LABELS": "cuda12.1,h100",
+    "PARITYBOT_AGENT_NAME": "gpu-a",
     "PARITYBOT_AGENT_DATABASE_URL": "postgresql://paritybot_agent@control.example.org:5432/paritybot",
     "DOCKER_GID": "998",
 }
@@ -183,7 +188,8 @@ def test_compose_renders_the_control_host_and_the_agent_host_apart(
     agent = render(compose, AGENT_ENV | agent_files, AGENT)
     assert agent.returncode == 0, agent.stderr
     rendered = yaml.safe_load(agent.stdout)["services"]["agent"]
-    assert rendered["command"] == ["agent", "--labels", "cuda12.1,h100"]
+    assert rendered["command"] == ["agent", "--labels", "cuda12.1,h100", "--name", "gpu-a"]
+    assert rendered["hostname"] == "gpu-a"
     for out in (control.stdout, agent.stdout):
         assert "value-of-" not in out, "a secret's value is in the rendered configuration"
 
@@ -199,8 +205,9 @@ def test_compose_renders_both_parts_merged_for_one_machine(compose: list[str], t
     [
         (CONTROL, "PARITYBOT_APP_ID"),
         (CONTROL, "PARITYBOT_WEBHOOK_SECRET_FILE"),
-        (CONTROL, "PARITYBOT_DB_SERVE_PASSWORD_FILE"),
+        (CONTROL, "PARITYBOT_DB_OWNER_PASSWORD_FILE"),
         (AGENT, "PARITYBOT_AGENT_LABELS"),
+        (AGENT, "PARITYBOT_AGENT_NAME"),
         (AGENT, "PARITYBOT_AGENT_DATABASE_URL"),
         (AGENT, "PARITYBOT_DB_AGENT_PASSWORD_FILE"),
     ],
@@ -232,7 +239,66 @@ def test_compose_passes_a_multi_line_ca_bundle_to_the_build_intact(
     assert args["EXTRA_CA_CERTS"].strip() == pem and args["PIP_INDEX_URL"] == "https://m/simple"
 
 
-def test_the_postgres_init_script_is_valid_shell() -> None:
+def test_the_postgres_init_script_is_executable_shell() -> None:
     assert os.access(INIT_ROLES, os.X_OK), "the postgres image runs it only when it is executable"
     done = subprocess.run(["sh", "-n", str(INIT_ROLES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def password_cluster() -> Iterator[dict[str, str]]:
+    """A private PostgreSQL (scripts/postgres.sh) that checks passwords on TCP, as a deployment does.
+
+    Yields the libpq environment of its superuser on the unix socket (the postgres image's init
+    scripts connect that way) and the TCP port."""
+    if not any(Path("/usr/lib/postgresql").glob("*/bin/initdb")) and shutil.which("initdb") is None:
+        unavailable("PostgreSQL's server is not installed (scripts/postgres.sh start installs it)")
+    pg_dir = Path(tempfile.mkdtemp(prefix="paritybot-pg-"))  # under /tmp: the postgres user reaches it
+    env = os.environ | {"PARITYBOT_PG_DIR": str(pg_dir)}
+    script = ROOT / "scripts" / "postgres.sh"
+    subprocess.run([str(script), "start"], env=env, check=True, capture_output=True)
+    try:
+        hba = pg_dir / "data" / "pg_hba.conf"
+        hba.write_text("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        port = (pg_dir / "port").read_text().strip()
+        superuser = {"PGHOST": str(pg_dir / "sock"), "PGPORT": port, "PGUSER": "postgres"}
+        subprocess.run(
+            ["psql", "-d", "postgres", "-c", "SELECT pg_reload_conf()"],
+            env=env | superuser,
+            check=True,
+            capture_output=True,
+        )
+        yield superuser
+    finally:
+        subprocess.run([str(script), "stop"], env=env, capture_output=True)
+        shutil.rmtree(pg_dir, ignore_errors=True)
+
+
+def test_the_postgres_init_script_gives_the_agents_a_login_with_their_password(
+    password_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    password = 'it\'s a "pass" word; DROP ROLE postgres; --'  # quotes pasted into SQL would break it
+    (secrets / "paritybot_db_agent_password").write_text(password + "\n")
+    env = os.environ | password_cluster
+    init = env | {
+        "POSTGRES_USER": "postgres",
+        "POSTGRES_DB": "paritybot",
+        "PARITYBOT_SECRETS_DIR": str(secrets),
+    }
+    done = subprocess.run([str(INIT_ROLES)], env=init, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+    def login(secret: str) -> subprocess.CompletedProcess[str]:
+        tcp = {"PGHOST": "127.0.0.1", "PGUSER": "paritybot_agent", "PGPASSWORD": secret}
+        return subprocess.run(
+            ["psql", "-d", "paritybot", "-tA", "-c", "SELECT current_user"],
+            env=env | tcp,
+            capture_output=True,
+            text=True,
+        )
+
+    assert login(password).stdout.strip() == "paritybot_agent"
+    refused = login("wrong")
+    assert refused.returncode != 0 and "password authentication failed" in refused.stderr

@@ -1,13 +1,10 @@
 #!/bin/sh
-# Run by the postgres image once, when it initialises an empty data directory: the login roles of
-# `serve` and of the agents, with the passwords in their secret files. What each role may do is
-# granted by paritybot's migrations (`paritybot db upgrade`), not here.
+# Run by the postgres image once, when it initialises an empty data directory: the agents' role,
+# able to log in with the password of its secret file. What it may do is granted by paritybot's
+# migrations (`paritybot db upgrade`), which create it without a login where it does not exist.
 set -eu
-for role in serve agent; do
-    password="$(cat "/run/secrets/paritybot_db_${role}_password")"
-    # psql's variables quote the name and the password: no value is pasted into SQL.
-    psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" \
-        -v role="paritybot_$role" -v password="$password" <<'SQL'
-CREATE ROLE :"role" LOGIN PASSWORD :'password';
+password="$(cat "${PARITYBOT_SECRETS_DIR:-/run/secrets}/paritybot_db_agent_password")"
+# psql's variables quote the password: no value is pasted into SQL.
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" -v password="$password" <<'SQL'
+CREATE ROLE paritybot_agent LOGIN PASSWORD :'password';
 SQL
-done
