@@ -12,7 +12,11 @@
 # migrates a fresh data volume; with the webhook secret and a throwaway App key as mounted files it
 # answers /healthz, turns healthy, accepts a signed ping, refuses a badly signed one, keeps a
 # delivery in the store, runs every process as non-root, logs JSON lines on stderr (none on
-# stdout), shows no secret in `docker inspect`, and stops cleanly on SIGTERM. Then, when a compose
+# stdout), shows no secret in `docker inspect`, and stops cleanly on SIGTERM. Many hosts (when the
+# build has `paritybot db` and PostgreSQL can be installed): on a private cluster that checks
+# passwords, the owner's `db upgrade`, deploy/postgres/init-roles.sh, serve on PostgreSQL without an
+# engine socket answering a signed ping, an agent refusing the App's key, an agent registering as
+# paritybot_agent and shown by `paritybot status`, and its clean exit on SIGTERM. Then, when a compose
 # tool is installed: the compose file renders, refuses to render without the secret file, and `up`
 # with the built image gives a healthy service that reaches the engine through the socket as a
 # non-root user with no secret in `docker inspect`; the upgrade step (`up -d` recreating the
@@ -46,6 +50,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/paritybot-check.XXXXXX")"
 SUMMARY=()
 STARTED_ENGINE=0
 COMPOSE=()
+PG_DIR=""
 
 say() { echo "check-deploy: $*" >&2; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -66,8 +71,12 @@ print_summary() {
 
 cleanup() {
     local rc=$?
-    docker rm -f "$NAME" >/dev/null 2>&1 || true
+    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" >/dev/null 2>&1 || true
     docker image rm "$IMAGE-new" >/dev/null 2>&1 || true
+    if [ -n "$PG_DIR" ]; then
+        PARITYBOT_PG_DIR="$PG_DIR" "$ROOT/scripts/postgres.sh" stop >/dev/null 2>&1 || true
+        rm -rf "$PG_DIR"
+    fi
     if [ "${#COMPOSE[@]}" -gt 0 ]; then
         "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
     fi
@@ -145,7 +154,9 @@ record PASS "no secret: exit 2, one line: $refusal"
 
 # --- the migration -------------------------------------------------------------------------------
 # deploy/README.md's upgrade step runs it by hand; serve runs it at start-up too.
-if docker run --rm "$IMAGE" db --help >/dev/null 2>&1; then
+HAS_DB=0
+docker run --rm "$IMAGE" db --help >/dev/null 2>&1 && HAS_DB=1
+if [ "$HAS_DB" -eq 1 ]; then
     DATA_VOLUME="paritybot-check-data-$$"
     set +e
     migrated="$(docker run --rm -v "$DATA_VOLUME:/var/lib/paritybot" "$IMAGE" db upgrade 2>&1)"
@@ -280,6 +291,104 @@ code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME")"
 [ "$code" = 0 ] || fail "exit code $code after SIGTERM" "$(docker logs "$NAME" 2>&1)"
 record PASS "SIGTERM: clean exit 0 in $(seconds_since "$t0")"
 docker rm "$NAME" >/dev/null
+
+# --- many hosts: PostgreSQL, db upgrade, serve and an agent -----------------------------------------
+# The roles of docker-compose.control.yml and docker-compose.agent.yml, started with `docker run`
+# on a private PostgreSQL (scripts/postgres.sh) that checks passwords as a deployment's does: the
+# owner migrates, postgres/init-roles.sh gives the agents their login, serve and an agent connect
+# with password files, and `paritybot status` shows the agent. Host networking: the cluster
+# listens on this machine's loopback.
+many_hosts() {
+    local pg_dir port sock owner_url agent_url serve_port gid status
+    pg_dir="$(mktemp -d /tmp/paritybot-check-pg.XXXXXX)"
+    PG_DIR="$pg_dir"
+    PARITYBOT_PG_DIR="$pg_dir" "$ROOT/scripts/postgres.sh" start >"$WORK/pg.log" 2>&1 ||
+        { record SKIP "many hosts: no PostgreSQL ($(tail -n1 "$WORK/pg.log"))"; return 0; }
+    port="$(cat "$pg_dir/port")"
+    sock="$pg_dir/sock"
+    printf 'local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n' >"$pg_dir/data/pg_hba.conf"
+    mkdir -p "$WORK/secrets"
+    openssl rand -hex 16 >"$WORK/secrets/paritybot_db_owner_password"
+    openssl rand -hex 16 >"$WORK/secrets/paritybot_db_agent_password"
+    chmod 0644 "$WORK/secrets"/*
+    # What the postgres image does on an empty volume: the owner and its database, then the script.
+    PGHOST="$sock" PGPORT="$port" PGUSER=postgres psql -q -v ON_ERROR_STOP=1 -d postgres \
+        -v password="$(cat "$WORK/secrets/paritybot_db_owner_password")" >"$WORK/pg.log" 2>&1 <<'SQL' ||
+SELECT pg_reload_conf();
+CREATE ROLE paritybot LOGIN PASSWORD :'password';
+ALTER DATABASE paritybot OWNER TO paritybot;
+SQL
+        fail "many hosts: the database owner" "$(cat "$WORK/pg.log")"
+    PGHOST="$sock" PGPORT="$port" POSTGRES_USER=postgres POSTGRES_DB=paritybot \
+        PARITYBOT_SECRETS_DIR="$WORK/secrets" "$ROOT/deploy/postgres/init-roles.sh" >"$WORK/pg.log" 2>&1 ||
+        fail "many hosts: deploy/postgres/init-roles.sh" "$(cat "$WORK/pg.log")"
+    owner_url="postgresql://paritybot@127.0.0.1:$port/paritybot"
+    agent_url="postgresql://paritybot_agent@127.0.0.1:$port/paritybot"
+    local owner=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
+        -e "PARITYBOT_DATABASE_URL=$owner_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_owner_password)
+
+    local migrated
+    migrated="$(docker run --rm "${owner[@]}" "$IMAGE" db upgrade 2>&1)" || fail "many hosts: db upgrade" "$migrated"
+    record PASS "many hosts: db upgrade as the owner, password from a file: $(printf '%s' "$migrated" | tail -n1)"
+
+    serve_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    docker run -d --name "$NAME-serve" --init "${owner[@]}" \
+        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
+        --security-opt no-new-privileges \
+        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
+        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
+        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$serve_port" -e PARITYBOT_HOST=127.0.0.1 \
+        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
+        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
+        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$IMAGE" serve >/dev/null
+    wait_healthz "http://127.0.0.1:$serve_port" "$NAME-serve"
+    base="http://127.0.0.1:$serve_port"
+    answer="$(post_ping "$sig")"
+    [[ "$answer" == "200 "*pong* ]] || fail "many hosts: signed ping answered: $answer" "$(docker logs "$NAME-serve" 2>&1)"
+    record PASS "many hosts: serve on PostgreSQL as the owner, no engine socket: /healthz 200, signed ping 200"
+
+    gid="$(stat -c %g "${DOCKER_SOCKET_PATH}")"
+    local agent=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
+        -v "$WORK/secrets/paritybot_db_agent_password:/run/secrets/paritybot_db_agent_password:ro"
+        -v "${DOCKER_SOCKET_PATH}:/var/run/docker.sock" --group-add "$gid"
+        -e "PARITYBOT_DATABASE_URL=$agent_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_agent_password)
+    set +e
+    refusal="$(docker run --rm "${agent[@]}" -v "$WORK/app-key.pem:/k.pem:ro" -e PARITYBOT_PRIVATE_KEY_PATH=/k.pem \
+        "$IMAGE" agent --labels check --name check-agent 2>&1)"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$refusal" | grep -c .)" -eq 1 ] ||
+        fail "many hosts: an agent given the App's key: exit $rc" "$refusal"
+    record PASS "many hosts: an agent given the App's key: exit 2, one line: $refusal"
+    docker run -d --name "$NAME-agent" "${agent[@]}" "$IMAGE" agent --labels check --name check-agent >/dev/null
+    local deadline=$(($(date +%s) + WAIT_S))
+    status=""
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        status="$(docker exec "$NAME-serve" paritybot status 2>&1 || true)"
+        [[ "$status" == *check-agent* ]] && break
+        [ "$(docker inspect --format '{{.State.Running}}' "$NAME-agent")" = true ] ||
+            fail "many hosts: the agent exited" "$(docker logs "$NAME-agent" 2>&1)"
+        sleep 1
+    done
+    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    record PASS "many hosts: agent as paritybot_agent, registered; paritybot status: $(printf '%s' "$status" | grep -m1 check-agent | tr -s ' ')"
+    docker stop -t 20 "$NAME-agent" >/dev/null
+    code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-agent")"
+    [ "$code" = 0 ] || fail "many hosts: agent exit code $code after SIGTERM" "$(docker logs "$NAME-agent" 2>&1)"
+    record PASS "many hosts: SIGTERM: the agent exits 0"
+}
+
+if [ "$HAS_DB" -eq 1 ]; then
+    DOCKER_SOCKET_PATH="/var/run/docker.sock"
+    case "${DOCKER_HOST:-}" in unix://*) DOCKER_SOCKET_PATH="${DOCKER_HOST#unix://}" ;; esac
+    if [ -S "$DOCKER_SOCKET_PATH" ]; then
+        many_hosts
+    else
+        record SKIP "many hosts: the engine is remote; the agent mounts a local socket"
+    fi
+else
+    record SKIP "many hosts: this build has no \`paritybot db\` command"
+fi
 
 # --- docker compose ------------------------------------------------------------------------------
 if docker compose version >/dev/null 2>&1; then
