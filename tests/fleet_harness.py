@@ -141,6 +141,7 @@ class Fleet:
             "PARITYBOT_HEARTBEAT_S": str(HEARTBEAT_S),
             "PARITYBOT_STALLED_AFTER_S": str(STALLED_S),
             "PARITYBOT_DELIVERY_LEASE_S": "3",
+            "PARITYBOT_WORKERS": "1",
             "PARITYBOT_LOG_FORMAT": "json",
             "PARITYBOT_WORKSPACE_ROOT": str(self.tmp / "ws"),
             "PARITYBOT_CACHE_ROOT": str(self.tmp / "cache"),

@@ -54,6 +54,16 @@ async def test_each_environment_runs_only_on_agents_of_its_label(fleet: Fleet) -
     assert report is not None and report.runner == "stub@gpu-118"
 
 
+async def test_an_agent_runs_as_many_jobs_at_once_as_its_workers_setting(fleet: Fleet) -> None:
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-both", "cuda12.1,cuda11.8", step_s=3, PARITYBOT_WORKERS="2")
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_settled(2)
+
+    order = [e["event"] for e in fleet.events() if e["event"] in ("start", "end")]
+    assert order[:2] == ["start", "start"]  # the second began before the first ended
+
+
 async def test_the_clone_token_an_agent_gets_is_scoped_to_the_repository_and_read_only(fleet: Fleet) -> None:
     serve = await fleet.start_serve()
     await fleet.start_agent("gpu-121", "cuda12.1")

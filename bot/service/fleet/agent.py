@@ -59,6 +59,7 @@ class AgentConfig:
     heartbeat_s: float = 10.0
     stalled_after_s: float = 60.0
     max_attempts: int = 2
+    concurrency: int = 1  # jobs at once (PARITYBOT_WORKERS): one per GPU set the host can spare
 
     @property
     def fence_after_s(self) -> float:
@@ -99,7 +100,7 @@ class Agent:
                 app=app,
                 queues=self.config.labels,
                 name=self.config.name or self.config.host,
-                concurrency=1,
+                concurrency=self.config.concurrency,
                 listen_notify=True,
                 fetch_job_polling_interval=5,
                 abort_job_polling_interval=5,

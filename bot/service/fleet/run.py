@@ -44,6 +44,7 @@ async def run_agent(
         heartbeat_s=settings.heartbeat_s,
         stalled_after_s=settings.stalled_after_s,
         max_attempts=settings.max_attempts,
+        concurrency=settings.workers,
     )
     if job_runner is None:
         # Containers of this host's runs that outlived their agent (kill -9, a crash) go first.
