@@ -5,7 +5,7 @@ The agents are the real `paritybot agent` (procrastinate's worker, heartbeats, t
 sealed clone tokens) with a stub step in place of the pipeline (tests/fleet_agent.py), so the figures
 are the bot's: how fast it accepts, decides, enqueues, hands out and reports.
 
-    python benchmarks/fleet.py [--prs 100] [--events-per-pr 10] [--step 0.05] [--kills 3]
+    python benchmarks/fleet.py [--prs 100] [--events-per-pr 10] [--step 0.05] [--kills 3] [--supersedes 5]
 
 Needs PARITYBOT_TEST_DATABASE_URL (scripts/postgres.sh start; eval "$(scripts/postgres.sh env)"):
 a new database is made for the run and dropped after it. Prints:
@@ -18,6 +18,8 @@ a new database is made for the run and dropped after it. Prints:
 - jobs lost (a PR's last head without a succeeded run in each environment, a delivery never handled,
   a job left queued or running) and duplicate runs (a job started twice, or two runs of one PR and
   environment at once), both with goal 0; summaries per PR (goal 1) and check runs left open (goal 0);
+- supersede: from the POST of a push while the PR's run is going to that run stopped on its agent
+  (the abort seen by the step), and to the new head's run started;
 - recovery after kill -9 of the agent running a job: until another agent starts it (goal ≤ the
   stalled-after threshold + 2 s);
 - PostgreSQL transactions/s with the agents idle (alone, then with the replicas idle too).
@@ -60,6 +62,7 @@ CONFIG = "environments:\n" + "".join(
     for env, label in ENVIRONMENTS.items()
 )
 BASE_SHA = "b" * 40
+SUPERSEDE_PR = 700  # PRs 700… are the supersede rounds'
 
 
 def sha(pr: int, k: int) -> str:
@@ -76,7 +79,7 @@ def fake_github_process(conn: Any, prs: int, events_per_pr: int, kill_prs: list[
         await fake.start()
         fake.add_repo(REPO, installation_id=1, clone_url="file:///nonexistent.git")
         fake.set_file(REPO, ".github/paritybot.yml", CONFIG, ref="main")
-        for pr in [*range(1, prs + 1), *kill_prs, *range(500, 600)]:
+        for pr in [*range(1, prs + 1), *kill_prs, *range(500, 600), *range(SUPERSEDE_PR, SUPERSEDE_PR + 100)]:
             fake.add_pull(
                 REPO,
                 pr,
@@ -321,6 +324,7 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
     idle_all = (transactions(bench.url) - before) / args.idle
 
     paced = await paced_latency(bench, args)
+    supersedes = await supersede_times(bench, args)
 
     total = args.prs * args.events_per_pr
     cpu_before = cpu_by_role(bench)
@@ -386,6 +390,14 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
         f"  summaries per PR:             min {min(comments)}, max {max(comments)} (goal 1); "
         f"check runs left open: {stats['open_check_runs']} (goal 0)"
     )
+    if supersedes:
+        stopped_ms = [a for a, _ in supersedes]
+        restarted_ms = [b for _, b in supersedes]
+        print(
+            f"  supersede, push → old run stopped on its agent: p50 {pct(stopped_ms, 0.5):.0f} ms, "
+            f"max {max(stopped_ms):.0f} ms; → new head's run started: p50 {pct(restarted_ms, 0.5):.0f} ms, "
+            f"max {max(restarted_ms):.0f} ms ({len(supersedes)} pushes)"
+        )
     if recoveries:
         print(
             f"  recovery after kill -9:       {', '.join(f'{r:.2f}' for r in recoveries)} s; "
@@ -432,6 +444,44 @@ async def paced_latency(bench: Bench, args: argparse.Namespace) -> list[float]:
     return latencies
 
 
+async def supersede_times(bench: Bench, args: argparse.Namespace) -> list[tuple[float, float]]:
+    """For each round: a PR whose cuda12 run goes on, then a push; the time from the push's POST to
+    the old run stopped on its agent, and to the new head's cuda12 run started (ms)."""
+    times = []
+    for i in range(args.supersedes):
+        pr = SUPERSEDE_PR + i
+        old, new = sha(pr, 0), sha(pr, 1)
+        bench.steps.write_text(json.dumps({f"{old}/cuda12": 600}))
+        await post_event(bench, "opened", pr, old)
+
+        def runs(event: str, head: str, p: int = pr) -> list[dict[str, Any]]:
+            ids = env_jobs(bench, p, "cuda12")
+            return [
+                e for e in bench.read_events() if e["event"] == event and e["sha"] == head and e["job"] in ids
+            ]
+
+        await bench.wait("the long run to start", lambda h=old: bool(runs("start", h)), 120)
+        pushed = time.time()
+        await post_event(bench, "synchronize", pr, new)
+        await bench.wait("the old run to stop", lambda h=old: bool(runs("stopped", h)), 120)
+        await bench.wait("the new run to start", lambda h=new: bool(runs("start", h)), 120)
+        times.append(
+            ((runs("stopped", old)[0]["t"] - pushed) * 1000, (runs("start", new)[0]["t"] - pushed) * 1000)
+        )
+        await bench.wait(
+            "the PR to settle",
+            lambda p=pr: (
+                bench.query(
+                    "SELECT count(*) FROM jobs WHERE pr_number = %s AND state IN ('queued', 'running')", p
+                )[0][0]
+                == 0
+            ),
+            120,
+        )
+    bench.steps.write_text("{}")
+    return times
+
+
 def count_overlaps(events: list[dict[str, Any]], bench: Bench) -> int:
     """Two runs of one PR and environment whose start–end intervals overlap (the lock forbids it)."""
     env_of = {r[0]: (r[1], r[2]) for r in bench.query("SELECT id, pr_number, environment FROM jobs")}
@@ -475,7 +525,7 @@ async def kill_agents(bench: Bench, kill_prs: list[int]) -> list[float]:
             return [e for e in bench.read_events() if e["event"] == "start" and e["sha"] == job_sha]
 
         def long_run(p: int = pr) -> dict[str, Any] | None:
-            return next((e for e in started() if e["job"] in cuda11_jobs(bench, p)), None)
+            return next((e for e in started() if e["job"] in env_jobs(bench, p, "cuda11")), None)
 
         await bench.wait("the long run to start", lambda: long_run() is not None, 120)
         victim = long_run()
@@ -519,9 +569,10 @@ async def kill_agents(bench: Bench, kill_prs: list[int]) -> list[float]:
     return recoveries
 
 
-def cuda11_jobs(bench: Bench, pr: int) -> set[str]:
+def env_jobs(bench: Bench, pr: int, environment: str) -> set[str]:
     return {
-        r[0] for r in bench.query("SELECT id FROM jobs WHERE pr_number = %s AND environment = 'cuda11'", pr)
+        r[0]
+        for r in bench.query("SELECT id FROM jobs WHERE pr_number = %s AND environment = %s", pr, environment)
     }
 
 
@@ -536,6 +587,9 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10, help="seconds each idle measurement lasts")
     parser.add_argument("--paced", type=int, default=20, help="PRs opened one at a time, before the load")
     parser.add_argument("--pace-s", type=float, default=1.0, help="seconds between the paced PRs")
+    parser.add_argument(
+        "--supersedes", type=int, default=5, help="pushes onto a running PR, for the supersede figure"
+    )
     args = parser.parse_args()
     server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
     if not server:
