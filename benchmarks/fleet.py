@@ -130,9 +130,11 @@ def cpu_seconds(pid: int, *, children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def postgres_cpu() -> float:
+def postgres_cpu(url: str) -> float:
     """The cluster's CPU: its postmaster with the backends it reaped, and those still running."""
-    pid_file = Path(os.environ.get("PARITYBOT_PG_DIR", "/tmp/paritybot-postgres")) / "data" / "postmaster.pid"
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
+    pid_file = Path(str(row[0]) if row else "") / "postmaster.pid"
     try:
         postmaster = int(pid_file.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -414,7 +416,7 @@ def cpu_by_role(bench: Bench) -> dict[str, float]:
         "serve": 0.0,
         "agents": 0.0,
         "fake GitHub": cpu_seconds(bench.fake_pid),
-        "PostgreSQL": postgres_cpu(),
+        "PostgreSQL": postgres_cpu(bench.url),
     }
     for name, proc in bench.procs.items():
         roles["serve" if name.startswith("serve") else "agents"] += cpu_seconds(proc.pid)
