@@ -172,7 +172,8 @@ async def test_a_push_stops_the_old_container_on_its_agent_and_runs_the_new_head
     def containers(job_id: str) -> list[object]:
         return docker_client.containers.list(all=True, filters={"label": f"{STUB_LABEL}={job_id}"})
 
-    assert len(containers(old.id)) == 1
+    # The stub says "start" before its container is created: wait for the container itself.
+    await fleet.wait_for("the first run's container", lambda: len(containers(old.id)) == 1)
     new_sha = fleet.new_head(2)
     fleet.step_for(new_sha, 0.5)
     assert await fleet.send(serve, "pull_request", fleet.pr_event("synchronize", head_sha=new_sha)) == 202
