@@ -79,6 +79,13 @@ def merge_base(repo: Path, a: str, b: str) -> str:
     return out
 
 
+def same_files(repo: Path, a: str, b: str) -> bool:
+    """Whether commits ``a`` and ``b`` (shas, never options) hold exactly the same files (one tree)."""
+    trees = decode(git_bytes(repo, "rev-parse", f"{a}^{{tree}}", f"{b}^{{tree}}"))
+    first, second = trees.split()
+    return first == second
+
+
 def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
     """Files that differ between ``base`` and ``head`` (a two-dot diff; pass a merge base for a PR).
 

@@ -41,6 +41,7 @@ from runner.checks.repro import ReproContext
 from runner.checks.rfc import collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError, git
+from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
@@ -132,6 +133,10 @@ class Pipeline:
                 token=self.deps.token,
             )
             report.base_sha = workspace.base_sha or req.base_sha
+            report.nothing_to_check = await asyncio.to_thread(self._nothing_to_check, workspace)
+            if report.nothing_to_check:
+                report.state = RunState.SUCCEEDED
+                return report  # nothing runs: no runner is even started
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -182,6 +187,25 @@ class Pipeline:
         return report
 
     # --- the PR checks ---------------------------------------------------------------------------
+
+    def _nothing_to_check(self, ws: Workspace) -> str | None:
+        """Why the pull request's change is empty, if it is: its head has its merge base's files.
+
+        Checking it would compare the base with itself, and a pass would say something untrue.
+        An explicit request for the whole suite or for the failed tests still runs.
+        """
+        req = self.request
+        if req.kind != RunKind.PULL_REQUEST or req.scope != RunScope.SELECTED or ws.base_sha is None:
+            return None
+        if not same_files(ws.path, ws.base_sha, ws.head_sha):
+            return None
+        head = f"`{ws.head_sha[:12]}`"
+        if ws.base_sha == ws.head_sha:
+            return f"the change is empty: its head {head} is already part of the base"
+        return (
+            f"the change is empty: its head {head} has the same files as `{ws.base_sha[:12]}`, "
+            "where it leaves the base"
+        )
 
     async def _checks(self, report: RunReport, ws: Workspace) -> None:
         assert self._runner is not None

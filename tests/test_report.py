@@ -624,6 +624,7 @@ def test_needs_new_comment_truth_table(previous: Verdict | None, current: Verdic
         Verdict.FLAKY_ONLY,
         Verdict.ERROR,
         Verdict.CANCELLED,
+        Verdict.NOTHING_TO_CHECK,
     )
     assert needs_new_comment(previous, current) is expected
 

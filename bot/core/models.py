@@ -315,6 +315,9 @@ class RunReport(Model):
     refused: bool = Field(
         False, description="no runner was allowed to take the run (``error`` says why): a setting to fix"
     )
+    nothing_to_check: str | None = Field(
+        None, description="why the change has nothing to check (its head has its base's files); no check ran"
+    )
     probe: EnvFacts | None = None
     precommit: PrecommitResult | None = None
     docstrings: DocstringResult | None = None

@@ -98,10 +98,17 @@ class _Outcome:
     title: str
 
 
+# Neutral, never success: nothing was checked. A required check that is neutral lets the pull
+# request merge, as an empty change should.
+_NOTHING_TO_CHECK = _Outcome("completed", "neutral", "Nothing to check")
+
+
 def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome | None:
     """The outcome shared by every check: stopped, still running, never ran, not configured."""
     if report.state == RunState.CANCELLED:
         return _Outcome("completed", "cancelled", "Cancelled: the run was stopped")
+    if report.nothing_to_check:
+        return _NOTHING_TO_CHECK
     if result is None:
         if report.state in (RunState.QUEUED, RunState.RUNNING) and not report.error:
             return _Outcome("in_progress", None, in_progress_title(kind.value))
@@ -155,6 +162,8 @@ def _run_header(report: RunReport) -> str:
 
 def _plain_output(report: RunReport, kind: CheckKind, outcome: _Outcome, result: Any) -> CheckRunOutput:
     summary = _run_header(report)
+    if report.nothing_to_check:
+        summary += "\n\n" + md.prose(capitalised(report.nothing_to_check)) + "."
     if report.error and result is None:
         summary += "\n\n" + md.fence(limits.truncate(report.error, limits.COMMENT_RUN_ERROR_CHARS), "text")
     message = getattr(result, "message", "")
@@ -310,6 +319,8 @@ def _parity_outcome(report: RunReport) -> _Outcome | None:
     parity = report.parity
     if report.state == RunState.CANCELLED:
         return _Outcome("completed", "cancelled", "Cancelled: the run was stopped")
+    if report.nothing_to_check:
+        return _NOTHING_TO_CHECK
     if parity is None or not parity.rows:
         if parity is None and report.state in (RunState.QUEUED, RunState.RUNNING) and not report.error:
             return _Outcome("in_progress", None, in_progress_title("the environment probe"))

@@ -168,6 +168,8 @@ def _comment_head(
     if notice:
         notice = limits.truncate(notice.strip(), limits.COMMENT_NOTICE_CHARS)
         blocks.append("\n".join("> " + line for line in notice.splitlines()))
+    if report is not None and report.nothing_to_check:
+        blocks.append(md.prose(capitalised(report.nothing_to_check)) + ".")
     if report is not None and report.error:
         blocks.append(_run_error_block(report))
     return "\n\n".join(blocks)
@@ -221,6 +223,8 @@ def _results_caption(stage: Stage) -> str:
 def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
     """Verdict and counts, most serious first: ``❌ 2 tests failed · ⚠️ 1 flaky · ✅ pre-commit``."""
     bits: list[str] = []
+    if report.nothing_to_check:
+        return "➖ nothing to check"
     if report.state == RunState.CANCELLED and stage != Stage.CANCELLED:  # the heading says it already
         bits.append("⏹️ cancelled")
     elif report.error:

@@ -29,7 +29,8 @@ from gitrepo import GitRepo
 from markdown_check import Rendered, inspect, live_mentions
 from sample_repo import tool_env
 
-from bot.cli.local_check import CheckError, load_local_config, run_local_check
+from bot.cli.checkout import UsageError
+from bot.cli.local_check import load_local_config, run_local_check
 from bot.core.config import Environment, TestSettings
 from bot.core.kinds import Stage
 from bot.core.models import (
@@ -486,6 +487,6 @@ def test_a_linked_config_is_refused_by_name(tmp_path: Path) -> None:
     (repo.path / ".github" / "paritybot.yml").symlink_to(secret)
     repo.git("add", ".github/paritybot.yml")
     head = repo.commit({}, "config is a link")
-    with pytest.raises(CheckError, match=r"\.github/paritybot\.yml at \w+: is a symbolic link") as info:
+    with pytest.raises(UsageError, match=r"\.github/paritybot\.yml at \w+: is a symbolic link") as info:
         load_local_config(repo.path, head, None)
     assert MARK not in str(info.value) and str(secret) not in str(info.value)
