@@ -333,7 +333,7 @@ class Pipeline:
         if self.environment.network.tests:
             report.networked_steps.append("tests")
         try:
-            results = await run_tests(
+            run = await run_tests(
                 self._runner,
                 ws.path,
                 nodeids,
@@ -349,9 +349,16 @@ class Pipeline:
                 status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
             )
         self._check_cancelled()
-        bad = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
-        status = CheckStatus.FAILED if bad else CheckStatus.PASSED
-        return TestsResult(status=status, selection=selection, results=results)
+        bad = [r for r in run.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        return TestsResult(
+            status=CheckStatus.FAILED if bad else CheckStatus.PASSED,
+            selection=selection,
+            results=run.results,
+            selected=run.selected,
+            deselected=run.deselected,
+            not_found=run.not_found,
+            not_collected=run.not_collected,
+        )
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.

@@ -10,7 +10,10 @@ import pytest
 from cli_run import run_cli
 from gitrepo import GitRepo
 
-from bot.cli.demo import git, make_demo_repo
+from bot.cli.demo import SUITE_SIZE, git, make_demo_repo
+from bot.core.kinds import CheckKind
+from bot.core.models import RunReport
+from bot.render.check_results import render_check_runs
 
 # --- one line naming the mistake, exit 2, for every subcommand -----------------------------------------
 
@@ -136,3 +139,28 @@ def test_local_runs_share_one_cached_clone_and_leave_no_trace(tmp_path: Path) ->
     assert list((checkout / "coverage").iterdir())
     # The user's checkout is as it was: no .paritybot/, not even an ignored one.
     assert git(demo.path, "status", "--porcelain", "--ignored") == clean
+
+
+# --- counts: in pytest's test items, the same in the summary, the check runs and the command line ------
+
+
+def test_counts_are_test_items_and_agree_everywhere_on_a_failing_run(tmp_path: Path) -> None:
+    demo = make_demo_repo(tmp_path)
+    args = ("check", "--repo", str(demo.path), "--base", "main", "--runner", "host")
+
+    shown = run_cli(*args, home=tmp_path)
+    as_json = run_cli(*args, "--json", home=tmp_path)
+
+    assert shown.returncode == as_json.returncode == 1, shown.stderr
+    report = RunReport.model_validate_json(as_json.stdout)
+    assert report.tests is not None
+    # Four ids were selected (two classes, a parametrized function, a module-level test): ten tests.
+    assert len(report.tests.selection.tests) == 4
+    assert report.tests.selected == len(report.tests.results) == 10
+    assert report.tests.deselected == SUITE_SIZE - 10
+    counts = "9 passed · 1 failed · 0 skipped · 8 deselected"
+    assert f"<sub>Tests: {counts}</sub>" in shown.stdout
+    assert "🎯 Tests: 10 selected, 8 deselected" in shown.stdout
+    [tests_run] = [o for o in render_check_runs(report) if o.kind == CheckKind.TESTS]
+    assert tests_run.title == counts.capitalize()
+    assert "Tests: 10 selected, 8 deselected" in tests_run.summary

@@ -48,6 +48,9 @@ from bot.render.phrases import (
     parity_table,
     selection_summary,
     sorted_findings,
+    test_counts,
+    tests_notes,
+    tests_ran,
 )
 
 
@@ -245,7 +248,7 @@ def _docstrings_run(report: RunReport, d: DocstringResult) -> CheckRunOutput:
 def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) -> CheckRunOutput:
     failing = failing_tests(tests)
     flaky = flaky_tests(tests)
-    counts = _test_counts(tests)
+    counts = test_counts(tests) if tests_ran(tests) else "no test results"
     if outcome is None:
         if failing or tests.status == CheckStatus.FAILED:
             outcome = _Outcome("completed", "failure", counts)
@@ -256,7 +259,11 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
     else:
         # It broke or was stopped part-way: keep its conclusion, say what had finished.
         outcome = _Outcome(outcome.status, outcome.conclusion, f"{outcome.title} ({counts})")
-    summary = [_run_header(report), "**" + selection_summary(tests.selection).removeprefix("🎯 ") + "**"]
+    summary = [
+        _run_header(report),
+        "**" + selection_summary(tests.selection, tests).removeprefix("🎯 ") + "**",
+    ]
+    summary.extend(tests_notes(tests))
     if tests.message:
         summary.append(md.prose(tests.message))
     if failing:
@@ -288,17 +295,6 @@ def _name_list(results: list[TestCaseResult], *, headlines: bool = False) -> str
     if len(results) > len(shown):
         lines.append(f"- …and {len(results) - len(shown):,} more, annotated on their files")
     return "\n".join(lines)
-
-
-def _test_counts(tests: TestsResult) -> str:
-    parts = [
-        (len(failing_tests(tests)), "failed"),
-        (tests.count(TestOutcome.FLAKY), "flaky"),
-        (tests.count(TestOutcome.PASSED), "passed"),
-        (tests.count(TestOutcome.SKIPPED), "skipped"),
-    ]
-    shown = [f"{n:,} {word}" for n, word in parts if n]
-    return ", ".join(shown) if shown else "no test results"
 
 
 def _failure_detail(r: TestCaseResult) -> str:

@@ -468,10 +468,10 @@ async def test_a_test_id_in_a_linked_file_is_refused_by_name(tmp_path: Path) -> 
     repo, _, head, _ = repo_with_links(tmp_path)
     leak, core = f"tests/test_leak.py::{MARK}", "tests/test_core.py::test_double"
     runner = HostRunner(reason="test", env=tool_env())
-    results = await run_tests(
+    run = await run_tests(
         runner, repo.path, [leak, core], TestSettings(), ReproContext(head_sha=head, repo="octo/calc")
     )
-    by_id = {r.nodeid: r for r in results}
+    by_id = {r.nodeid: r for r in run.results}
     assert by_id[core].outcome == TestOutcome.PASSED
     assert by_id[leak].outcome == TestOutcome.ERROR
     assert by_id[leak].message == (
