@@ -201,14 +201,20 @@ async def test_a_module_outside_the_selection_that_cannot_be_collected_is_listed
     assert "No module named 'gym_not_installed'" in error.message
 
 
-async def test_a_hanging_test_is_stopped_by_the_per_test_timeout(sample: SampleRepo) -> None:
+@pytest.mark.parametrize(
+    "autoload", [True, False], ids=["plugins autoloaded", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+)
+async def test_a_hanging_test_is_stopped_by_the_per_test_timeout(sample: SampleRepo, autoload: bool) -> None:
     (sample.path / "tests/test_hang.py").write_text(
         "import time\n\n\ndef test_hangs():\n    time.sleep(60)\n"
     )
     commit_all(sample.path, "hanging test")
 
     results = await _run(
-        sample, ["tests/test_hang.py::test_hangs"], TestSettings(per_test_timeout_s=1, reruns=0)
+        sample,
+        ["tests/test_hang.py::test_hangs"],
+        TestSettings(per_test_timeout_s=1, reruns=0),
+        env={} if autoload else {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
 
     assert results["tests/test_hang.py::test_hangs"].outcome == TestOutcome.FAILED

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 from bot.cli.checkout import UsageError
 from bot.core.config import ConfigError, RepoConfig, parse_repo_config
 from bot.service.logs import configure_logging
-from bot.service.settings import SettingsError, load_settings
-from bot.service.store.protocol import StoreError
 
 if TYPE_CHECKING:
     from runner.backends.base import RunnerFactory
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except (SettingsError, ConfigError, StoreError, UsageError) as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"paritybot: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -117,12 +115,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # The service's modules are imported here only: the local commands start faster without them.
     from bot.service.app import serve
+    from bot.service.settings import SettingsError, load_settings
+    from bot.service.store.protocol import StoreError
 
-    settings = load_settings(args.env_file)
-    settings.require_serving()
-    configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(serve(settings))
+    try:
+        settings = load_settings(args.env_file)
+        settings.require_serving()
+        configure_logging(settings.log_format, settings.log_level)
+        asyncio.run(serve(settings))
+    except (SettingsError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 

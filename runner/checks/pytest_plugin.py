@@ -15,6 +15,9 @@ runs in the project's own environment.
   silence.
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
+- With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
+  that runs longer. Whether it is there is found out here, in pytest's own interpreter, instead of
+  starting another one to ask.
 
 Symbolic links are not collected in a selection: a link committed in the pull request may point
 anywhere on the machine.
@@ -29,6 +32,15 @@ import pytest
 
 NODEID_PROPERTY = "paritybot.nodeid"
 MAX_LISTED = 200
+
+if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    # pytest does not load installed plugins then; pytest-timeout is loaded with this one.
+    try:
+        import pytest_timeout  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest_plugins = ["pytest_timeout"]
 
 
 class _State:
@@ -48,9 +60,17 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritybot")
     group.addoption("--paritybot-selection", default=None, help="run only the tests these node ids name")
     group.addoption("--paritybot-counts", default=None, help="write the run's counts here (JSON)")
+    group.addoption("--paritybot-timeout", type=float, default=None, help="per-test timeout (pytest-timeout)")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    timeout = config.getoption("paritybot_timeout")
+    plugins = config.pluginmanager
+    if timeout is not None and (plugins.hasplugin("timeout") or plugins.hasplugin("pytest_timeout")):
+        # Before pytest-timeout reads its option, and over the project's own setting, as
+        # `--timeout` on the command line would be.
+        config.option.timeout = timeout
     path = config.getoption("paritybot_selection")
     if path:
         with open(path, encoding="utf-8") as fh:

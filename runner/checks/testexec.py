@@ -5,7 +5,7 @@ paritybot's plugin (:mod:`runner.checks.pytest_plugin`) injected with ``-p`` (no
 touched), no cache provider (the workspace stays as checked out), ``--continue-on-collection-errors``
 (one broken test file must not hide the results of all others; its error becomes an ERROR result)
 and a per-test timeout when pytest-timeout is importable *in the target environment*, which the
-step itself checks.
+plugin finds out in pytest's own interpreter.
 
 The first attempt collects the suite's test roots and the plugin keeps the selected tests, so every
 count is in pytest's items (a selected class or function counts as the tests it holds) and the
@@ -48,18 +48,14 @@ NO_TESTS_EXIT = 5
 USAGE_ERROR_EXIT = 4
 MAX_USAGE_RETRIES = 3
 
-# $1 per-test timeout, $2 JUnit path, then pytest's arguments. The plugin directory is put in front
-# of PYTHONPATH (not instead of it: images set their own).
+# $1 the JUnit path, then pytest's arguments. The plugin directory is put in front of PYTHONPATH
+# (not instead of it: images set their own).
 _SCRIPT = f"""
-timeout=$1 junit=$2
-shift 2
+junit=$1
+shift
 py=python
 command -v python >/dev/null 2>&1 || py=python3
 rm -f "$junit"
-if "$py" -c 'import pytest_timeout' >/dev/null 2>&1; then
-  set -- "--timeout=$timeout" "$@"
-  if [ -n "$PYTEST_DISABLE_PLUGIN_AUTOLOAD" ]; then set -- -p pytest_timeout "$@"; fi
-fi
 PYTHONPATH="$PWD/{SCRATCH_DIR}${{PYTHONPATH:+:$PYTHONPATH}}" exec "$py" -m pytest "$@"
 """
 
@@ -137,6 +133,7 @@ def tests_step(
         "junit_family=xunit1",
         "--continue-on-collection-errors",
         "--color=no",
+        f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
         *(nodeids if nodeids is not None else paths or []),
@@ -146,7 +143,7 @@ def tests_step(
         inject[SELECTION_PATH] = "".join(f"{nodeid}\n" for nodeid in selection)
     return Step(
         name="tests",
-        argv=["sh", "-c", _SCRIPT, "tests-step", str(settings.per_test_timeout_s), junit_path, *args],
+        argv=["sh", "-c", _SCRIPT, "tests-step", junit_path, *args],
         env=dict(env or {}),
         timeout_s=timeout_s,
         network=network,
