@@ -3,16 +3,21 @@
 
     python benchmarks/check_overhead.py [-n 5] [--runner host|docker] [--image IMAGE] [--profile]
 
-Two projects, each a real git repository with a base commit and a change: the built-in demo
-(18 tests, two pre-commit hooks, the change fails a test) and a generated project of 300 tests
-in 10 modules (two pre-commit hooks, the change passes). For each, in the same script run:
+Real git repositories with a base commit and a change: the built-in demo (18 tests, two
+pre-commit hooks, the change fails a test; with its default two reruns of the failing test, and
+without), a generated project of 300 tests in 10 modules (two pre-commit hooks, the change
+passes), and the same with 30 MB of git history (``--history-mb``), as a real project has. For
+each, in the same script run:
 
 - **paritybot**: ``paritybot check --repo P --base main --runner R`` as a user types it (a new
   process each time, its cached clone warm after the first run, which is reported apart);
 - **bare pytest**: ``python -m pytest -p no:cacheprovider <the ids paritybot selected>`` in a
-  checkout of the change, with the same interpreter;
+  checkout of the change, with the same interpreter (for ``--runner docker``: ``docker run`` of it
+  in the same image);
 - the difference of the medians: paritybot's fixed cost per run on top of the tests themselves.
 
+Each side is timed in wall-clock seconds and in CPU seconds (user + system of its processes): on a
+machine shared with other work, wall time grows with the neighbours' load and CPU time hardly does.
 The two sides alternate, so load on the machine hits both alike. ``--profile`` adds where
 paritybot's time goes, from one in-process run per project: start-up (interpreter and imports),
 preparing the working tree, each step the runner ran, and the bot's own work between them.
@@ -79,9 +84,13 @@ def _tests(i: int) -> str:
     return f"import pytest\n\nimport proj.mod{i} as m\n\n\n{body}\n\n\n{param}"
 
 
-def make_project(root: Path) -> Path:
-    """A 300-test project on `main`, and a `feature` branch that changes one function of one module."""
-    path = root / "proj300"
+def make_project(root: Path, history_mb: int = 0, name: str = "proj300") -> Path:
+    """A 300-test project on `main`, and a `feature` branch that changes one function of one module.
+
+    ``history_mb``: that much incompressible data committed and removed again before the base, so
+    the repository weighs what a real one does (einops' is some 10 MB, ignite's some 40 MB).
+    """
+    path = root / name
     (path / "src" / "proj").mkdir(parents=True)
     (path / "tests").mkdir()
     (path / "src" / "proj" / "__init__.py").write_text('"""The generated project."""\n')
@@ -94,6 +103,12 @@ def make_project(root: Path) -> Path:
     )
     (path / ".pre-commit-config.yaml").write_text(PRE_COMMIT)
     git(path, "init", "-q", "-b", "main")
+    if history_mb:
+        (path / "data").mkdir()
+        for i in range(history_mb):
+            (path / "data" / f"blob{i}.bin").write_bytes(os.urandom(1 << 20))
+        commit_all(path, f"history: {history_mb} MB of data")
+        shutil.rmtree(path / "data")
     commit_all(path, "base: 300 tests")
     git(path, "checkout", "-q", "-b", "feature")
     mod = path / "src" / "proj" / "mod3.py"
@@ -142,16 +157,35 @@ def timed(
     return elapsed, done.stdout
 
 
-def check_argv(repo: Path, runner: str, image: str | None, *extra: str) -> list[str]:
-    argv = [*CLI, "check", "--repo", str(repo), "--base", "main", "--head", "feature", "--runner", runner]
+@dataclass(frozen=True)
+class Project:
+    name: str
+    repo: Path
+    config: Path | None = None  # --config FILE, else the defaults
+
+
+def check_argv(project: Project, runner: str, image: str | None, *extra: str) -> list[str]:
+    argv = [*CLI, "check", "--repo", str(project.repo), "--base", "main", "--head", "feature"]
+    argv += ["--runner", runner]
     if image:
         argv += ["--image", image, "--gpus", "none"]
+    if project.config:
+        argv += ["--config", str(project.config)]
     return argv + list(extra)
 
 
-def selected_ids(repo: Path, runner: str, image: str | None, env: dict[str, str]) -> list[str]:
+def bare_argv(ids: list[str], head: Path, image: str | None) -> list[str]:
+    """pytest on the selected ids, on the host or, for the container runner, in the same image."""
+    pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
+    if image is None:
+        return [sys.executable, *pytest]
+    mount = ["-v", f"{head}:/work", "-w", "/work", "-e", "HOME=/tmp"]
+    return ["docker", "run", "--rm", "--network", "none", *mount, image, "python", *pytest]
+
+
+def selected_ids(project: Project, runner: str, image: str | None, env: dict[str, str]) -> list[str]:
     """The ids paritybot ran: what bare pytest is then given."""
-    _, out = timed(check_argv(repo, runner, image, "--json"), env=env)
+    _, out = timed(check_argv(project, runner, image, "--json"), env=env)
     report = json.loads(out)
     selection = report["tests"]["selection"]
     if selection["whole_suite"]:
@@ -159,31 +193,35 @@ def selected_ids(repo: Path, runner: str, image: str | None, env: dict[str, str]
     return [t["nodeid"] for t in selection["tests"]]
 
 
-def measure(name: str, repo: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
-    ids = selected_ids(repo, args.runner, args.image, env)  # also warms the cached clone
+def measure(project: Project, args: argparse.Namespace, env: dict[str, str]) -> None:
+    ids = selected_ids(project, args.runner, args.image, env)  # also warms the cached clone
     head = Path(tempfile.mkdtemp(prefix="bench-head-"))
     try:
-        subprocess.run(["git", "clone", "-q", str(repo), str(head)], check=True)
+        subprocess.run(["git", "clone", "-q", str(project.repo), str(head)], check=True)
         git(head, "checkout", "-q", "feature")
-        bare_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
-        ours, bare = Side(), Side()
+        bare = bare_argv(ids, head, args.image)
+        ours, theirs = Side(), Side()
         for _ in range(args.n):
-            timed(check_argv(repo, args.runner, args.image), env=env, side=ours)
-            timed(bare_argv, cwd=head, env=env, side=bare)
+            timed(check_argv(project, args.runner, args.image), env=env, side=ours)
+            timed(bare, cwd=head, env=env, side=theirs)
     finally:
         shutil.rmtree(head, ignore_errors=True)
-    print(
-        f"\n{name}: {len(ids)} selected ids, runner {args.runner}{f' ({args.image})' if args.image else ''}"
+    where = f"runner {args.runner}" + (
+        f" ({args.image}); CPU: this machine's processes, not the engine's" if args.image else ""
     )
+    print(f"\n{project.name}: {len(ids)} selected ids, {where}")
+    bare = theirs
     print(f"  paritybot check          {ours.describe()}")
     print(f"  bare pytest <selected>   {bare.describe()}")
+    if ours.median - bare.median < 0 or not ids:
+        print("  (the two sides did not run the same tests)")
     print(
         f"  fixed overhead           wall {ours.median - bare.median:6.2f} s (ratio {ours.median / bare.median:.1f}×)"
         f"   CPU {ours.median_cpu - bare.median_cpu:5.2f} s"
     )
 
 
-def profile(name: str, repo: Path, args: argparse.Namespace) -> None:
+def profile(project: Project, args: argparse.Namespace) -> None:
     """One in-process run, timed phase by phase through a runner that times each step."""
     from bot.cli.local_check import check_policy, run_local_check
     from runner.backends.base import Runner, RunnerInfo, RunnerRequest, Step, StepResult
@@ -228,10 +266,11 @@ def profile(name: str, repo: Path, args: argparse.Namespace) -> None:
 
     report = asyncio.run(
         run_local_check(
-            repo,
+            project.repo,
             base="main",
             head="feature",
             runner_factory=factory,
+            config_file=project.config,
             image=args.image,
             gpus="none" if args.image else None,
         )
@@ -239,7 +278,7 @@ def profile(name: str, repo: Path, args: argparse.Namespace) -> None:
     total = time.perf_counter() - started
     total_cpu = children_cpu() + time.process_time() - started_cpu
     print(
-        f"\nprofile of one run, {name} (in-process, {report.state.value}): wall {total:.2f} s, CPU {total_cpu:.2f} s"
+        f"\nprofile of one run, {project.name} (in-process, {report.state.value}): wall {total:.2f} s, CPU {total_cpu:.2f} s"
     )
     first = made[0] if made else (0.0, 0.0)
     rows = [("config, cached clone and working tree (until the runner is made)", *first)]
@@ -265,6 +304,9 @@ def main() -> int:
     parser.add_argument("--runner", choices=["host", "docker"], default="host")
     parser.add_argument("--image", help="with --runner docker: the image (default: the test image)")
     parser.add_argument("--profile", action="store_true", help="also show where paritybot's time goes")
+    parser.add_argument(
+        "--history-mb", type=int, default=30, help="a fourth project: the 300 tests with this much history"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the in-process profile logs nothing but its figures
     import structlog
@@ -278,18 +320,25 @@ def main() -> int:
         # start, then warm runs, as on a user's machine.
         env = {**os.environ, "XDG_CACHE_HOME": str(root / "cache")}
         os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]
-        projects = {
-            "demo (18 tests)": make_demo_repo(root / "demo").path,
-            "generated project (300 tests)": make_project(root),
-        }
+        no_reruns = root / "no-reruns.yml"
+        no_reruns.write_text("tests:\n  reruns: 0\n")
+        demo = make_demo_repo(root / "demo").path
+        projects = [
+            Project("demo (18 tests; its failing test rerun twice, the default)", demo),
+            Project("demo (18 tests; --config with tests.reruns: 0)", demo, no_reruns),
+            Project("generated project (300 tests; the change passes)", make_project(root)),
+        ]
+        if args.history_mb:
+            repo = make_project(root, args.history_mb, "proj300-history")
+            projects.append(Project(f"the same with {args.history_mb} MB of git history", repo))
         load = os.getloadavg()[0]
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.1f} at the start")
-        for name, repo in projects.items():
-            cold, _ = timed(check_argv(repo, args.runner, args.image), env=env)
-            print(f"\n{name}: first run (empty cache: clone, pre-commit's environments) {cold:.2f} s")
-            measure(name, repo, args, env)
+        for project in projects:
+            cold, _ = timed(check_argv(project, args.runner, args.image), env=env)
+            print(f"\n{project.name}: first run (empty cache: clone, pre-commit's environments) {cold:.2f} s")
+            measure(project, args, env)
             if args.profile:
-                profile(name, repo, args)
+                profile(project, args)
         print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
