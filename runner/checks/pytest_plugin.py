@@ -19,8 +19,8 @@ runs in the project's own environment.
   that runs longer. Whether it is there is found out here, in pytest's own interpreter, instead of
   starting another one to ask.
 
-Symbolic links are not collected in a selection: a link committed in the pull request may point
-anywhere on the machine.
+Symbolic links are never collected: a link committed in the pull request may point anywhere on the
+machine, and on the host runner pytest would import that file.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _in_selected_place(place: str) -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    if _STATE.selection is not None and os.path.islink(str(collection_path)):
+    if os.path.islink(str(collection_path)):
         return True
     return None
 

@@ -479,6 +479,30 @@ async def test_a_test_id_in_a_linked_file_is_refused_by_name(tmp_path: Path) -> 
     )
 
 
+@pytest.mark.parametrize("selected", [True, False], ids=["a selection", "the whole suite"])
+async def test_a_test_module_linked_to_the_host_is_never_imported(tmp_path: Path, selected: bool) -> None:
+    """pytest collects the test roots; a link among them must not make it import a file of the host."""
+    imported = tmp_path / "imported"
+    host_module = tmp_path / "host" / "test_of_the_host.py"
+    host_module.parent.mkdir()
+    host_module.write_text(f"open({str(imported)!r}, 'w').close()\n\n\ndef test_host():\n    pass\n")
+    repo = GitRepo(tmp_path / "repo")
+    repo.commit({"tests/test_core.py": "def test_core():\n    pass\n"})
+    (repo.path / "tests" / "test_linked.py").symlink_to(host_module)
+    repo.git("add", "tests/test_linked.py")
+    head = repo.commit({}, "a link to a test module of the host")
+    runner = HostRunner(reason="test", env=tool_env())
+    nodeids = ["tests/test_core.py::test_core"] if selected else None
+
+    run = await run_tests(
+        runner, repo.path, nodeids, TestSettings(reruns=0), ReproContext(head_sha=head, repo="octo/calc")
+    )
+
+    assert [r.nodeid for r in run.results] == ["tests/test_core.py::test_core"]
+    assert run.not_collected == []
+    assert not imported.exists()
+
+
 def test_a_linked_config_is_refused_by_name(tmp_path: Path) -> None:
     secret = tmp_path / "host-secret.yml"
     secret.write_text(f"# {MARK}\nchecks: {{precommit: false}}\n")
