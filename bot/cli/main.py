@@ -119,18 +119,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         configure_logging("console", "warning")  # stdout is the command's own output
     if args.command == "serve":
         return _serve(args)
-    if args.command == "agent":
-        from bot.cli.fleet import agent_main
-
-        return agent_main(load_settings(args.env_file), args.labels, args.name)
-    if args.command == "db":
-        from bot.cli.fleet import db_upgrade_main
-
-        return db_upgrade_main(load_settings(args.env_file))
-    if args.command == "status":
-        from bot.cli.fleet import status_main
-
-        return status_main(load_settings(args.env_file), as_json=args.json)
+    if args.command in ("agent", "db", "status"):
+        return _fleet(args)
     if args.command == "check":
         return _check(args)
     if args.command == "config":
@@ -160,6 +150,23 @@ def _serve(args: argparse.Namespace) -> int:
     except (SettingsError, StoreError) as exc:
         raise UsageError(str(exc)) from None
     return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """The several-hosts commands; like `serve`, their modules are imported only here."""
+    from bot.cli.fleet import agent_main, db_upgrade_main, status_main
+    from bot.service.settings import SettingsError, load_settings
+    from bot.service.store.protocol import StoreError
+
+    try:
+        settings = load_settings(args.env_file)
+        if args.command == "agent":
+            return agent_main(settings, args.labels, args.name)
+        if args.command == "db":
+            return db_upgrade_main(settings)
+        return status_main(settings, as_json=args.json)
+    except (SettingsError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _local_runners(mode: RunnerMode) -> RunnerFactory:
