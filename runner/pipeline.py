@@ -8,7 +8,7 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,15 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
+from runner.backends.base import (
+    ProcessLedger,
+    Runner,
+    RunnerError,
+    RunnerFactory,
+    RunnerRequest,
+    RunRefused,
+    Step,
+)
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
@@ -74,6 +82,14 @@ class PipelineDeps:
     keep_workspace: bool = False
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     coverage_dir: Path | None = None  # where coverage maps live; default: under cache_root
+    attempt: int = 1
+    """Which try of the run this is: each gets a workspace of its own, so a retry never works in
+    (or deletes) the directory a dead attempt's leftover processes may still use."""
+    progress: Callable[[RunReport], Awaitable[None]] | None = None
+    """Told the report so far each time a check's result is known (pre-commit, docstrings), so its
+    check run can complete before the tests end. It gets a copy; its failure never stops the run."""
+    processes: ProcessLedger | None = None
+    """Where the host runner records the process group of each step."""
 
 
 class Cancelled(Exception):
@@ -127,6 +143,7 @@ class Pipeline:
                 base_ref=req.base_ref,
                 base_sha=None if req.base_ref else req.base_sha,
                 run_id=self.run_id,
+                attempt=self.deps.attempt,
                 workspace_root=self.deps.workspace_root,
                 cache_root=self.deps.cache_root,
                 token=self.deps.token,
@@ -139,6 +156,7 @@ class Pipeline:
                     self.run_id,
                     trusted_code=req.code_trusted,
                     redact=(self.deps.token,) if self.deps.token else (),
+                    processes=self.deps.processes,
                 )
             )
             await self._runner.prepare()
@@ -203,6 +221,7 @@ class Pipeline:
             )
             if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
                 report.networked_steps.append("pre-commit hooks")
+            await self._progress(report)
         elif cfg.checks.precommit:
             report.precommit = PrecommitResult(
                 status=CheckStatus.ERROR, message="no base commit to diff against"
@@ -216,6 +235,7 @@ class Pipeline:
             )
         elif not cfg.checks.docstrings:
             report.docstrings = DocstringResult(status=CheckStatus.DISABLED)
+        await self._progress(report)
         if base:
             changed, api_changes, new_deps = await asyncio.to_thread(
                 collect_rfc_inputs, ws.path, base, ws.head_sha
@@ -233,6 +253,14 @@ class Pipeline:
             parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
             cfg.parity.packages,
         )
+
+    async def _progress(self, report: RunReport) -> None:
+        if self.deps.progress is None:
+            return
+        try:
+            await self.deps.progress(report.model_copy(deep=True))
+        except Exception:
+            log.exception("reporting progress failed; the run goes on")
 
     async def _probe(self, ws: Workspace) -> EnvFacts:
         assert self._runner is not None
