@@ -118,5 +118,8 @@ class WorkerPool:
             if loop.time() - beat >= self._heartbeat:
                 beat = loop.time()
                 if not await asyncio.to_thread(self._store.heartbeat, job.id, job.attempts):
-                    log.warning("the run is no longer this worker's; stopping it")
-                    cancel.set()
+                    now = await asyncio.to_thread(self._store.get_job, job.id)
+                    if now is not None and now.state == RunState.RUNNING:
+                        log.warning("the run was given to another attempt; stopping this one")
+                        cancel.set()
+                    return  # over: nothing left to watch
