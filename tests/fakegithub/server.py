@@ -393,7 +393,8 @@ class FakeGitHub:
         )
         self.calls.append(call)
         response = await self._answer(request, raw_path, raw_body, call)
-        response.headers.update(self._standard_headers())
+        for key, value in self._standard_headers().items():
+            response.headers.setdefault(key, value)  # an injected failure's own headers stay
         call.status = response.status
         return response
 
