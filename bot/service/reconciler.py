@@ -46,13 +46,6 @@ REACTION_PASSED = "rocket"
 REACTION_FAILED = "confused"
 
 
-def final_report(job: Job, stored: RunReport | None) -> RunReport:
-    """What a final job's check runs and summary show: its report, or why it has none."""
-    if stored is not None and stored.state == job.state:
-        return stored
-    return job.report_without_results(job.state, job.error or "the run ended without results")
-
-
 def _good(report: RunReport) -> bool:
     return report.state == RunState.SUCCEEDED and verdict(report) in (Verdict.PASS, Verdict.FLAKY_ONLY)
 
@@ -108,7 +101,7 @@ class Reconciler:
         try:
             reporter = await self.reporter(job)
             if reporter is not None and job.pr_number is not None:
-                report = final_report(job, await asyncio.to_thread(self.store.report, job.id))
+                report = job.final_report(await asyncio.to_thread(self.store.report, job.id))
                 await reporter.sync_check_runs(job, render_check_runs(report))
                 await reporter.refresh_summary(job.repo, job.pr_number)
                 if job.request.comment_id is not None and job.state != RunState.CANCELLED:

@@ -271,8 +271,8 @@ class GitHubReporter:
             # While waiting, show the last finished run of this environment: still worth reading.
             done = [j for j in jobs if j.environment == job.environment and j.state == RunState.SUCCEEDED]
             report = self.store.report(done[-1].id) if done else None
-        if stage == Stage.DONE and report is None:
-            report = job.report_without_results(job.state, job.error or "the run ended without results")
+        if stage in (Stage.DONE, Stage.CANCELLED):
+            report = job.final_report(report)
         position = self.store.queue_position(job.id) if stage == Stage.QUEUED else None
         return CommentSection(
             environment=job.environment, stage=stage, report=report, queue_position=position

@@ -59,6 +59,17 @@ class Job(BaseModel):
         """The check run's ``external_id``: names the job and the check, so a retry finds it."""
         return f"{self.id}/{kind}"
 
+    def final_report(self, stored: RunReport | None) -> RunReport:
+        """What a final job's check runs and summary show: its report; for a run stopped part-way
+        (a restart, a silent worker), the results it had so far and why it stopped; else why it
+        has none."""
+        if stored is not None and stored.state == self.state:
+            return stored
+        error = self.error or "the run ended without results"
+        if stored is not None:
+            return stored.model_copy(update={"state": self.state, "error": error})
+        return self.report_without_results(self.state, error)
+
     def report_without_results(self, state: RunState, error: str) -> RunReport:
         """The report of a run that ended before producing results (cancelled, broken)."""
         return RunReport(
