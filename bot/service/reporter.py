@@ -63,7 +63,14 @@ LOST_ANSWERS = (GitHubBroken, aiohttp.ClientConnectionError)
 
 
 def _digest(out: CheckRunOutput) -> str:
-    return hashlib.sha256(out.model_dump_json().encode()).hexdigest()[:32]
+    """What decides whether a check run is sent again. A completed check's result is its
+    conclusion, title, text and annotations; its summary's header (the run's duration so far)
+    alone changing sends nothing, so a check completed early is not sent again at the end, and
+    its annotations, which GitHub appends on every update, are never doubled."""
+    fields = {"status", "conclusion", "title", "text", "annotations", "kind"}
+    if out.status != "completed":
+        fields.add("summary")
+    return hashlib.sha256(out.model_dump_json(include=fields).encode()).hexdigest()[:32]
 
 
 def _stage_of(job: Job) -> Stage:

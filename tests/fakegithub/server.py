@@ -263,6 +263,36 @@ class FakeGitHub:
         self.all_comments[comment.id] = comment
         return comment
 
+    def add_check_run(
+        self,
+        full_name: str,
+        head_sha: str,
+        name: str,
+        *,
+        external_id: str | None = None,
+        status: str = "in_progress",
+    ) -> CheckRun:
+        """A check run of this App already on the commit (left by an earlier process, say)."""
+        repo = self._repo(full_name)
+        run = CheckRun(
+            id=self.next_id("check_run"),
+            repo=repo.full_name,
+            head_sha=head_sha,
+            name=name,
+            status=status,
+            conclusion=None,
+            started_at=self.now(),
+            completed_at=None,
+            external_id=external_id,
+        )
+        body = {"name": name, "head_sha": head_sha, "status": status} | (
+            {"external_id": external_id} if external_id else {}
+        )
+        run.updates.append(body)
+        run.states.append(render.check_run(self.site, run, []))
+        self.runs[run.id] = run
+        return run
+
     def issue_token(
         self,
         installation_id: int = 1,
