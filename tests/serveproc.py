@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,13 @@ import aiohttp
 import payloads
 from botharness import REPO, SECRET
 from fakegithub import FakeGitHub
-from finishing import FAST
+from finishing import CHECK_RUN, FAST, finished, view
 from sample_repo import SampleRepo, make_sample_repo
+
+from bot.core.kinds import CheckKind
+from bot.render.check_runs import check_run_name
+
+PRECOMMIT, DOCSTRINGS, TESTS, PARITY = (check_run_name(k, "default") for k in CheckKind)
 
 # The run stops at its set-up command until `marks/open` exists; pre-commit and the docstrings
 # have finished by then (early results).
@@ -179,3 +185,65 @@ class ServeProcess:
 
     def open_gate(self) -> None:
         (self.tmp / "marks" / "open").touch()
+
+
+async def until(what: str, predicate: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _completed(fake: FakeGitHub, head: str, *names: str) -> bool:
+    runs = view(fake, REPO, 7, head).runs
+    return all(n in runs and runs[n][-1]["status"] == "completed" for n in names)
+
+
+@dataclass
+class KillReport:
+    orphans_outlived_serve: list[bool] = field(default_factory=list)
+    orphans_killed_at_start: list[bool] = field(default_factory=list)
+    tests_open_while_early_done: bool = False
+    seconds_after_last_kill: float = 0.0
+
+
+async def kill_during_run(serve: ServeProcess, kills: int) -> KillReport:
+    """Open the PR; kill -9 the service ``kills`` times: at the set-up of its first and second
+    attempts, and the third time while it tells GitHub the run failed (GitHub failing then).
+    Returns when GitHub shows the run finished."""
+    fake, head = serve.fake, serve.sample.head_sha
+    report = KillReport()
+    await serve.start()
+    assert await serve.send("pull_request", serve.pr_opened()) == 202
+    for attempt in range(1, min(kills, 2) + 1):
+        await until(f"attempt {attempt} at its set-up", lambda a=attempt: len(serve.started_attempts()) == a)
+        if attempt == 1:
+            await until(
+                "pre-commit and docstrings completed", lambda: _completed(fake, head, PRECOMMIT, DOCSTRINGS)
+            )
+            report.tests_open_while_early_done = not _completed(fake, head, TESTS)
+        orphan = serve.started_attempts()[-1]
+        await serve.kill()
+        report.orphans_outlived_serve.append(alive(orphan))
+        if kills == 3 and attempt == 2:
+            fake.fail("PATCH", CHECK_RUN, 502, times=100_000)  # GitHub down as it restarts
+        killed_at = time.monotonic()
+        await serve.start()
+        await until("the leftover step killed at start-up", lambda o=orphan: not alive(o), timeout=30)
+        report.orphans_killed_at_start.append(True)
+    if kills == 1:
+        serve.open_gate()
+    if kills == 3:
+        await until(
+            "an attempt to complete the check runs",
+            lambda: any(c.status == 502 for c in fake.calls_to("PATCH", CHECK_RUN)),
+        )
+        await serve.kill()
+        fake.clear_failures()
+        killed_at = time.monotonic()
+        await serve.start()
+    await until("GitHub to show the run finished", lambda: finished(view(fake, REPO, 7, head)))
+    report.seconds_after_last_kill = time.monotonic() - killed_at
+    return report

@@ -4,32 +4,13 @@ process left running is killed at the next start; each attempt works in a worksp
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from botharness import REPO
 from fakegithub import FakeGitHub
-from finishing import CHECK_RUN, finished, problems, view
-from serveproc import ServeProcess, alive
-
-from bot.core.kinds import CheckKind
-from bot.render.check_runs import check_run_name
-
-
-def name(kind: str) -> str:
-    return check_run_name(CheckKind(kind), "default")
-
-
-async def until(what: str, predicate: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from finishing import problems, view
+from serveproc import PRECOMMIT, TESTS, ServeProcess, kill_during_run
 
 
 def conclusions(fake: FakeGitHub, head_sha: str) -> dict[str, str | None]:
@@ -43,43 +24,11 @@ async def test_kill_9_during_a_run_still_completes_every_check_run_and_one_summa
     serve = ServeProcess.create(fake_github, tmp_path, max_attempts=2)
     head = serve.sample.head_sha
     try:
-        await serve.start()
-        assert await serve.send("pull_request", serve.pr_opened()) == 202
-        for attempt in range(1, min(kills, 2) + 1):
-            await until(
-                f"attempt {attempt} at its set-up", lambda a=attempt: len(serve.started_attempts()) == a
-            )
-            if attempt == 1:
-                # Early results: pre-commit and the docstrings are complete while the tests wait.
-                def early() -> bool:
-                    runs = view(fake_github, REPO, 7, head).runs
-                    return all(
-                        name(k) in runs and runs[name(k)][-1]["status"] == "completed"
-                        for k in ("pre-commit", "docstrings")
-                    )
-
-                await until("pre-commit and docstrings completed", early)
-                runs = view(fake_github, REPO, 7, head).runs
-                assert runs[name("tests")][-1]["status"] == "in_progress"
-            orphan = serve.started_attempts()[-1]
-            await serve.kill()
-            assert alive(orphan)  # the dead service's step goes on without it
-            if kills == 3 and attempt == 2:
-                fake_github.fail("PATCH", CHECK_RUN, 502, times=100_000)  # GitHub down as it restarts
-            await serve.start()
-            await until("the leftover step killed at start-up", lambda o=orphan: not alive(o), timeout=30)
-        if kills == 1:
-            serve.open_gate()
-        if kills == 3:
-            # The run failed at this start; telling GitHub fails, and the service dies once more.
-            await until(
-                "an attempt to complete the check runs",
-                lambda: any(c.status == 502 for c in fake_github.calls_to("PATCH", CHECK_RUN)),
-            )
-            await serve.kill()
-            fake_github.clear_failures()
-            await serve.start()
-        await until("GitHub to show the run finished", lambda: finished(view(fake_github, REPO, 7, head)))
+        report = await kill_during_run(serve, kills)
+        # Early results: pre-commit and the docstrings were complete while the tests waited.
+        assert report.tests_open_while_early_done
+        # The host runner's step outlived each kill, and the next start killed it.
+        assert report.orphans_outlived_serve == [True] * min(kills, 2)
 
         seen = view(fake_github, REPO, 7, head)
         assert problems(seen) == []
@@ -87,19 +36,17 @@ async def test_kill_9_during_a_run_still_completes_every_check_run_and_one_summa
         summary = seen.summaries[0]
         if kills == 1:
             # The second attempt ran to the end: the real result.
-            assert done[name("tests")] == "failure"
+            assert done[TESTS] == "failure"
             assert "restarted" not in summary
         else:
             # Stopped twice: failed, saying so, with what had finished before.
-            assert done[name("tests")] == "failure"
-            assert done[name("pre-commit")] == "failure"
-            test_run = seen.runs[name("tests")][-1]
-            assert "paritybot restarted twice during this run" in test_run["output"]["title"]
+            assert done[TESTS] == "failure" and done[PRECOMMIT] == "failure"
+            assert "paritybot restarted twice during this run" in seen.runs[TESTS][-1]["output"]["title"]
             assert "paritybot restarted twice during this run" in summary
             assert "/retest-gpu" in summary
         assert len(serve.started_attempts()) == 2  # a second attempt, and never a third
-        workspaces = sorted(p.name for p in (tmp_path / "workspaces").iterdir())
-        assert workspaces == []  # each attempt's own workspace, removed at its end or at the next start
+        # Each attempt had its own workspace, removed at its end or at the next start.
+        assert list((tmp_path / "workspaces").iterdir()) == []
     finally:
         serve.open_gate()
         await serve.stop()
