@@ -17,14 +17,15 @@ import structlog
 
 from bot.core.config import RepoConfig
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
-from bot.render.check_runs import CheckRunOutput, render_check_runs, render_in_progress_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import CheckRunOutput, render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.backends.base import StepProcess
-from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+from runner.backends.base import RunnerFactory, StepProcess
+from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
 

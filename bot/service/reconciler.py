@@ -29,12 +29,8 @@ import structlog
 from bot.core.kinds import CHECK_KINDS
 from bot.core.models import RunReport, RunState
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_runs import (
-    abandoned_output,
-    render_check_runs,
-    render_in_progress_output,
-    render_queued_output,
-)
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import abandoned_output, render_in_progress_output, render_queued_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
