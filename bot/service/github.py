@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import stamina
 import structlog
-from gidgethub import apps
+from gidgethub import GitHubBroken, apps
 from gidgethub.aiohttp import GitHubAPI
 
 from bot.service.logs import register_secret
@@ -129,6 +129,23 @@ class RateGate:
             )
         else:
             log.debug("GitHub rate budget", remaining=int(remaining), limit=int(limit), resource=resource)
+
+
+# What a caller-level retry waits for: an answer lost on the way (a server error or a dropped
+# connection). A POST may have been carried out all the same: retry only what is safe to repeat.
+LOST_ANSWERS = (GitHubBroken, aiohttp.ClientConnectionError)
+
+
+def retrying(policy: RetryPolicy) -> Any:
+    """stamina's retry context for a request the caller made safe to repeat."""
+    return stamina.retry_context(
+        on=LOST_ANSWERS,
+        attempts=policy.attempts,
+        timeout=policy.timeout_s,
+        wait_initial=policy.wait_initial_s,
+        wait_max=policy.wait_max_s,
+        wait_jitter=policy.wait_jitter_s,
+    )
 
 
 class RetryingGitHubAPI(GitHubAPI):
@@ -259,12 +276,15 @@ class GitHubApp:
             cached = self._tokens.get(installation_id)
             if cached and cached[1] - REFRESH_MARGIN_S > self._clock():
                 return cached[0]
-            data = await apps.get_installation_access_token(
-                self._api(),
-                installation_id=str(installation_id),
-                app_id=str(self.app_id),
-                private_key=self._private_key,
-            )
+            # A token more is harmless: asking again after a lost answer is safe.
+            async for attempt in retrying(self.retry):
+                with attempt:
+                    data = await apps.get_installation_access_token(
+                        self._api(),
+                        installation_id=str(installation_id),
+                        app_id=str(self.app_id),
+                        private_key=self._private_key,
+                    )
             token = str(data["token"])
             expires = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00")).timestamp()
             register_secret(token)

@@ -13,10 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
-import stamina
 import structlog
-from gidgethub import BadRequest, GitHubBroken
+from gidgethub import BadRequest
 from gidgethub.abc import GitHubAPI
 
 from bot.core.kinds import Stage
@@ -31,7 +29,7 @@ from bot.render.comment import (
     render_comment,
     render_pr_comment,
 )
-from bot.service.github import RetryPolicy
+from bot.service.github import RetryPolicy, retrying
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job, PullState
 
@@ -54,12 +52,6 @@ class PrLocks:
 
     def job(self, job_id: str) -> asyncio.Lock:
         return self._jobs[job_id]
-
-
-# What a reporter-level retry waits for: an answer lost on the way (a server error or a dropped
-# connection). A POST may have been carried out all the same, so each retry first looks for what
-# the previous attempt may have created.
-LOST_ANSWERS = (GitHubBroken, aiohttp.ClientConnectionError)
 
 
 def _digest(out: CheckRunOutput) -> str:
@@ -108,15 +100,8 @@ class GitHubReporter:
         self.retry = retry or RetryPolicy()
 
     def _retrying(self) -> Any:
-        p = self.retry
-        return stamina.retry_context(
-            on=LOST_ANSWERS,
-            attempts=p.attempts,
-            timeout=p.timeout_s,
-            wait_initial=p.wait_initial_s,
-            wait_max=p.wait_max_s,
-            wait_jitter=p.wait_jitter_s,
-        )
+        # After a lost answer each retry first looks for what the previous attempt may have made.
+        return retrying(self.retry)
 
     # --- check runs ------------------------------------------------------------------------------
 
@@ -187,31 +172,25 @@ class GitHubReporter:
                 return int(created["id"])
         raise AssertionError("unreachable")
 
-    async def find_check_runs(self, repo: str, head_sha: str) -> dict[str, int]:
-        """This App's check runs on the commit, by external id (the oldest of any duplicates)."""
+    async def _our_check_runs(self, repo: str, head_sha: str) -> list[dict[str, Any]]:
+        """This App's check runs on the commit, every one (``filter=all``), not only the latest."""
         url = f"/repos/{repo}/commits/{head_sha}/check-runs?filter=all&per_page=100"
         if self.app_id is not None:
             url += f"&app_id={self.app_id}"
+        return [run async for run in self.gh.getiter(url, iterable_key="check_runs")]
+
+    async def find_check_runs(self, repo: str, head_sha: str) -> dict[str, int]:
+        """This App's check runs on the commit, by external id (the oldest of any duplicates)."""
         found: dict[str, int] = {}
-        async for run in self.gh.getiter(url, iterable_key="check_runs"):
-            app = run.get("app") or {}
-            if self.app_id is not None and app.get("id") not in (None, self.app_id):
-                continue
-            external_id = run.get("external_id")
+        for run in await self._our_check_runs(repo, head_sha):
+            external_id, check_id = run.get("external_id"), int(run["id"])
             if external_id:
-                found[external_id] = min(int(run["id"]), found.get(external_id, int(run["id"])))
+                found[external_id] = min(check_id, found.get(external_id, check_id))
         return found
 
     async def list_open_check_runs(self, repo: str, head_sha: str) -> list[dict[str, Any]]:
         """This App's check runs on the commit that are not completed."""
-        url = f"/repos/{repo}/commits/{head_sha}/check-runs?filter=all&per_page=100"
-        if self.app_id is not None:
-            url += f"&app_id={self.app_id}"
-        return [
-            run
-            async for run in self.gh.getiter(url, iterable_key="check_runs")
-            if run.get("status") != "completed"
-        ]
+        return [run for run in await self._our_check_runs(repo, head_sha) if run.get("status") != "completed"]
 
     async def complete_check_run(self, repo: str, check_id: int, out: CheckRunOutput) -> None:
         await self.gh.patch(f"/repos/{repo}/check-runs/{check_id}", data=out.request_body())
