@@ -106,8 +106,14 @@ async def killed(kills: int) -> tuple[str, float]:
                 await serve.stop()
 
 
+class Rows(list[tuple[str, str, float]]):
+    def append(self, row: tuple[str, str, float]) -> None:
+        super().append(row)
+        print(f"{row[0]}: {row[2]:.1f} s: {row[1]}", file=sys.stderr, flush=True)
+
+
 async def main_async(only: str, kills: bool) -> None:
-    rows: list[tuple[str, str, float]] = []
+    rows = Rows()
     baseline_state, baseline = await in_process(None)
     rows.append(("no fault (baseline)", baseline_state, baseline))
     for fault in WRITE_FAULTS:
