@@ -60,8 +60,9 @@ class Scheduler:
         """
         reporter = self.reporter if request.pr_number is not None else None
         jobs: list[Job] = []
-        lock = self.locks(request.repo, request.pr_number or 0)
-        async with lock:
+        # Under the PR's lock, which the worker takes before it reads a job's check runs: a run
+        # starts once its check runs are created "queued" (or their creation has failed).
+        async with self.locks(request.repo, request.pr_number or 0):
             for env in environments:
                 req = request.model_copy(update={"environment": env.name, "config": config})
                 job = await asyncio.to_thread(
@@ -72,24 +73,33 @@ class Scheduler:
                     continue
                 log.info("run queued", run_id=job.id, environment=env.name, trigger=trigger_key)
                 jobs.append(job)
+            if reporter is not None:
+                await self._announce(reporter, jobs)
         if jobs:
             self.wake()
-        if reporter is not None and request.pr_number is not None:
-            await self._announce(reporter, jobs, request.pr_number)
+            if reporter is not None and request.pr_number is not None:
+                try:
+                    await reporter.refresh_summary(request.repo, request.pr_number)
+                except Exception:
+                    log.exception("refreshing the summary failed; the next update or the reconciler does it")
+                    self._reconcile_later()
         return jobs
 
-    async def _announce(self, reporter: GitHubReporter, jobs: list[Job], pr_number: int) -> None:
-        try:
-            for job in jobs:
+    async def _announce(self, reporter: GitHubReporter, jobs: list[Job]) -> None:
+        for job in jobs:
+            try:
                 position = await asyncio.to_thread(self.store.queue_position, job.id)
                 outputs = render_queued_output(job.environment, queue_position=position)
-                await reporter.sync_check_runs(job, outputs, while_state=RunState.QUEUED)
-            if jobs:
-                await reporter.refresh_summary(jobs[0].repo, pr_number)
-        except Exception:
-            log.exception("announcing queued runs on GitHub failed; the reconciler finishes it")
-            if self.reconciler is not None:
-                self.reconciler.wake()
+                await reporter.sync_check_runs(job, outputs)
+            except Exception:
+                log.exception(
+                    "creating a run's check runs failed; the reconciler creates them", run_id=job.id
+                )
+                self._reconcile_later()
+
+    def _reconcile_later(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.wake()
 
     async def cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Cancel the PR's runs for other SHAs (all of them when keep_sha is None).
