@@ -4,8 +4,11 @@ behind are killed — only those, never a process that took a reused id."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import pytest
 from serveproc import alive
 
 from runner.backends.base import Step, StepProcess
-from runner.backends.host import HostRunner, boot_id, kill_leftovers, start_ticks
+from runner.backends.host import HostRunner, boot_id, group_start_ticks, kill_leftovers, start_ticks
 from runner.workspace import remove_stale_workspaces, workspace_name
 
 
@@ -28,6 +31,14 @@ class Ledger:
 
     def ended(self, process: StepProcess) -> None:
         self.live.remove(process)
+
+
+def wait_gone(pid: int) -> bool:
+    """Whether ``pid`` is gone within ten seconds (a killed orphan is reaped by init, not by us)."""
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
 
 
 @pytest.fixture
@@ -53,6 +64,23 @@ async def test_each_step_is_recorded_while_it_runs_and_its_background_processes_
     assert (recorded.step, recorded.boot_id) == ("tests", boot_id()) and recorded.start_ticks > 0
     assert ledger.live == []  # forgotten once it ended
     assert not alive(background)
+
+
+def test_a_group_whose_leader_exited_at_once_is_still_named_and_killed() -> None:
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], stdout=subprocess.PIPE, start_new_session=True
+    )
+    out, _ = leader.communicate(timeout=10)  # the leader is gone and reaped; its child lives on
+    background = int(out)
+    try:
+        ticks = group_start_ticks(leader.pid)
+        assert ticks is not None and ticks == start_ticks(background)
+        recorded = StepProcess(pgid=leader.pid, boot_id=boot_id() or "", start_ticks=ticks, step="tests")
+        assert kill_leftovers([recorded]) == [recorded]
+        assert wait_gone(background)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(background, signal.SIGKILL)
 
 
 def test_leftovers_of_a_dead_service_are_killed_at_start_up(group: subprocess.Popen[bytes]) -> None:

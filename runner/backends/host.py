@@ -176,7 +176,7 @@ class HostRunner:
         after this process dies can kill what it left running."""
         if self._ledger is None:
             return None
-        boot, ticks = boot_id(), start_ticks(pgid)
+        boot, ticks = boot_id(), group_start_ticks(pgid)
         if boot is None or ticks is None:
             return None
         group = StepProcess(pgid=pgid, boot_id=boot, start_ticks=ticks, step=step)
@@ -239,6 +239,17 @@ def start_ticks(pid: int) -> int | None:
     """When the process started, in clock ticks since boot: with the pid, it names one process."""
     fields = _stat_fields(pid)
     return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def group_start_ticks(pgid: int) -> int | None:
+    """The start time that names group ``pgid``: its leader's, or, when a quick leader has already
+    exited and been reaped, its oldest member's — still earlier than any process that could take
+    the id once the group is gone. None when nothing of the group is left."""
+    leader = start_ticks(pgid)
+    if leader is not None:
+        return leader
+    members = [t for t in map(start_ticks, group_members(pgid)) if t is not None]
+    return min(members, default=None)
 
 
 def group_members(pgid: int) -> list[int]:
