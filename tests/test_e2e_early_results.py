@@ -67,7 +67,8 @@ async def test_pre_commit_and_docstrings_complete_before_the_tests(
 async def test_an_open_check_run_of_an_unknown_run_is_completed(
     fake_github: FakeGitHub, tmp_path: Path
 ) -> None:
-    bot = await BotHarness.create(fake_github, tmp_path, settings=FAST)
+    # No periodic pass: the run's own publication, at its end, is what completes the stray.
+    bot = await BotHarness.create(fake_github, tmp_path, settings={**FAST, "reconcile_interval_s": 3600})
     try:
         stray = fake_github.add_check_run(
             REPO, bot.sample.head_sha, TESTS, external_id="0123456789abcdef/tests"

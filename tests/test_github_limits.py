@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from email.utils import formatdate
 from pathlib import Path
 
@@ -57,6 +57,16 @@ def test_how_long_github_asks_to_wait(
     assert rate_limit_wait(status, headers, body, NOW, POLICY) == wait
 
 
+@pytest.fixture
+def debug_logs() -> Iterator[None]:
+    """structlog at its defaults (every level), whatever an earlier test configured."""
+    before = structlog.get_config()
+    structlog.reset_defaults()
+    yield
+    structlog.configure(**before)
+
+
+@pytest.mark.usefixtures("debug_logs")
 def test_the_budget_left_is_logged_and_a_low_one_warned_once_per_window() -> None:
     gate = RateGate()
     headers = {"x-ratelimit-limit": "5000", "x-ratelimit-reset": "1700003600", "x-ratelimit-resource": "core"}

@@ -13,9 +13,11 @@ The reconciler runs at start-up and then every ``interval_s``. Each pass:
 1. takes back running jobs whose worker stopped answering (no heartbeat for ``stale_after_s``):
    queued again, or failed once they had ``max_attempts``;
 2. publishes every due job;
-3. gives every queued or running job the check runs it lacks (a creation that failed);
-4. for each commit it published, completes any check run of this App that is still open and whose
-   job is over or unknown (an ``external_id`` naming no job it knows).
+3. gives every queued or running job the check runs it lacks (a creation that failed).
+
+Publishing a job, whoever does it (the worker at a run's end, or a pass), also completes any check
+run of this App on the job's commit that is still open and whose job is over or unknown (an
+``external_id`` naming no job it knows).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class Reconciler:
 
     async def publish(self, job_id: str) -> bool:
         """Show a final job on GitHub: every check run completed, the summary refreshed, the
-        command's reaction. True once GitHub has it all (the job is then no longer due)."""
+        command's reaction, no stray left open on its commit. True once GitHub has it all (the
+        job is then no longer due)."""
         job = await asyncio.to_thread(self.store.get_job, job_id)
         if job is None or not job.report_due:
             return True
@@ -103,6 +106,7 @@ class Reconciler:
                 if job.request.comment_id is not None and job.state != RunState.CANCELLED:
                     content = REACTION_PASSED if _good(report) else REACTION_FAILED
                     await reporter.react(job.repo, job.request.comment_id, content)
+                await self.close_strays(job, reporter)
         except Exception:
             log.exception("publishing a finished run failed; the reconciler tries again", run_id=job.id)
             return False
@@ -123,12 +127,9 @@ class Reconciler:
         missing = [o for o in outputs if o.kind.value not in job.check_runs]
         await reporter.sync_check_runs(job, missing, while_state=job.state)
 
-    async def close_strays(self, job: Job) -> int:
+    async def close_strays(self, job: Job, reporter: GitHubReporter) -> int:
         """Complete this App's open check runs on the job's commit whose job is over or unknown:
         a check run must never stay open because paritybot lost track of it."""
-        reporter = await self.reporter(job)
-        if reporter is None:
-            return 0
         closed = 0
         for run in await reporter.list_open_check_runs(job.repo, job.head_sha):
             owner_id, _, kind = str(run.get("external_id") or "").partition("/")
@@ -150,10 +151,8 @@ class Reconciler:
         )
         if requeued or failed:
             log.warning("runs of silent workers taken back", requeued=requeued, failed=failed)
-        published: dict[tuple[str, str], Job] = {}
         for job in await asyncio.to_thread(self.store.jobs_due_for_report):
-            if await self.publish(job.id):
-                published.setdefault((job.repo, job.head_sha), job)
+            await self.publish(job.id)
         for state in (RunState.QUEUED, RunState.RUNNING):
             for job in await asyncio.to_thread(self.store.jobs_in_state, state):
                 if job.pr_number is not None and len(job.check_runs) < len(CHECK_KINDS):
@@ -161,11 +160,6 @@ class Reconciler:
                         await self.ensure_check_runs(job)
                     except Exception:
                         log.exception("creating a run's check runs failed; trying again later", run_id=job.id)
-        for job in published.values():
-            try:
-                await self.close_strays(job)
-            except Exception:
-                log.exception("looking for stray check runs failed", run_id=job.id)
         self.passes += 1
 
     def wake(self) -> None:
