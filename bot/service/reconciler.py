@@ -45,7 +45,11 @@ REACTION_FAILED = "confused"
 
 
 def _good(report: RunReport) -> bool:
-    return report.state == RunState.SUCCEEDED and verdict(report) in (Verdict.PASS, Verdict.FLAKY_ONLY)
+    return report.state == RunState.SUCCEEDED and verdict(report) in (
+        Verdict.PASS,
+        Verdict.FLAKY_ONLY,
+        Verdict.NOTHING_TO_CHECK,
+    )
 
 
 class Reconciler:
