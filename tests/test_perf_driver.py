@@ -241,6 +241,25 @@ async def test_a_suite_that_does_not_import_on_head_is_reported_for_that_side(tm
     assert "conftest broke" in error.message
 
 
+async def test_a_side_that_imports_its_package_from_elsewhere_is_warned_about(tmp_path):
+    installed = tmp_path / "site"
+    write_tree(installed, {"pkg/__init__.py": "def work():\n    return 1\n"})
+    shadowed = {
+        "pkg/__init__.py": "def work():\n    return 2\n",
+        # An installed copy ahead of the checkout: the benchmark would time it on both sides.
+        "tests/conftest.py": f"import sys\nsys.path.insert(0, {str(installed)!r})\n",
+        "tests/test_w.py": "from pkg import work\n\ndef test_w(benchmark):\n    benchmark(work)\n",
+    }
+    write_tree(tmp_path / "base", shadowed)
+    write_tree(tmp_path / "head", shadowed)
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}], processes=1))
+
+    expected = f"imported pkg from {installed / 'pkg' / '__init__.py'}, not from its checkout"
+    assert [w.split(" ", 1)[0] for w in report.warnings] == ["base", "head"]
+    assert all(expected in w for w in report.warnings)
+
+
 # --- asv suites ----------------------------------------------------------------------------------
 
 ASV_SUITE = {

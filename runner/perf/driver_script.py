@@ -44,6 +44,7 @@ MAX_MESSAGE = 2000
 MAX_BENCHMARKS = 500
 COMMAND_OUTPUT_MAX = 4 << 20
 FDS_VARIABLE = "PARITYBOT_PERF_FDS"
+PATHS_VARIABLE = "PARITYBOT_PERF_PATHS"
 SCRIPT = os.path.abspath(__file__)
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
@@ -125,6 +126,31 @@ def serve(channel, name, timed, fixed_n=None):
             channel.send(ev="round", name=name, time=timed(calls), n=calls)
         else:
             return
+
+
+def foreign_imports():
+    """This side's own modules that were imported from elsewhere (an installed copy), with where.
+
+    A package that exists in the checkout but comes from site-packages would make both sides run
+    the same code, and a "no difference" that means nothing.
+    """
+    roots = [os.path.realpath(p) for p in os.environ.get(PATHS_VARIABLE, "").split(os.pathsep) if p]
+    inside = tuple(root + os.sep for root in roots)
+    found = set()
+    # A src layout whose src/ is not on the side's paths is the usual way to import an installed copy.
+    for root in roots + [os.path.join(r, "src") for r in roots]:
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry[:-3] if entry.endswith(".py") else entry
+            if not (entry.endswith(".py") or os.path.isfile(os.path.join(root, entry, "__init__.py"))):
+                continue
+            where = getattr(sys.modules.get(name), "__file__", None)
+            if where and not os.path.realpath(where).startswith(inside):
+                found.add(f"{name} from {where}")
+    return sorted(found)[:20]
 
 
 def describe(exc):
@@ -235,7 +261,7 @@ def asv_worker(bench_dir):
     except Exception as exc:
         channel.send(ev="fatal", message="the asv suite did not import: " + describe(exc))
         return 1
-    channel.send(ev="collected", names=sorted(found))
+    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports())
     for name in channel.receive().get("names", []):
         if name not in found:
             channel.send(ev="error", name=name, message="no such benchmark on this side")
@@ -349,6 +375,7 @@ def _side_env(spec, side, lib_dir):
     paths = [os.path.join(spec_side["root"], p) for p in spec_side.get("paths", ["."])]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*paths, lib_dir, *filter(None, [env.get("PYTHONPATH")])])
+    env[PATHS_VARIABLE] = os.pathsep.join(paths)
     # The same string hashes on both sides, so identical code lays out its dicts and sets alike.
     env["PYTHONHASHSEED"] = "0"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -375,6 +402,7 @@ class Driver:
         self.results = []
         self.errors = []
         self.discovered = {}
+        self.warnings = []
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
@@ -436,6 +464,10 @@ class Driver:
                 failed.setdefault(side, event.get("message", ""))
                 continue
             names = [str(n)[:MAX_NAME] for n in event.get("names") or []][:MAX_BENCHMARKS]
+            for where in (event.get("foreign") or [])[:5]:
+                warning = f"{side} imported {_clip(where, 300)}, not from its checkout: both sides may run the same code"
+                if warning not in self.warnings:
+                    self.warnings.append(warning)
             found[side] = [n for n in found[side] if n in set(names)] if side in found else names
         for side in SIDES:
             if side in failed:
@@ -711,6 +743,7 @@ def main(spec_path, out_path):
         "benchmarks": driver.results,
         "errors": driver.errors,
         "discovered": driver.discovered,
+        "warnings": driver.warnings[:20],
     }
     with open(out_path, "w", encoding="utf-8") as fh:
         json.dump(report, fh)

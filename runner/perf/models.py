@@ -77,6 +77,11 @@ class DriverReport(Model):
     benchmarks: list[BenchmarkSamples] = Field(default_factory=list, max_length=MAX_BENCHMARKS)
     errors: list[KindError] = Field(default_factory=list, max_length=10)
     discovered: dict[BenchmarkKind, Discovered] = Field(default_factory=dict)
+    warnings: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="what makes the comparison doubtful: a side that imported its code from elsewhere",
+    )
 
 
 class Verdict(StrEnum):

@@ -136,7 +136,8 @@ def pytest_runtestloop(session):
         return None
     items = {item.nodeid: item for item in session.items}
     # The driver hears what this side has, then says what to run: the benchmarks both sides have.
-    _run.channel.send(ev="collected", names=[n for n, i in items.items() if "benchmark" in i.fixturenames])
+    names = [n for n, i in items.items() if "benchmark" in i.fixturenames]
+    _run.channel.send(ev="collected", names=names, foreign=driver.foreign_imports())
     planned = _run.channel.receive().get("names", [])
     for index, name in enumerate(planned):
         item = items.get(name)
