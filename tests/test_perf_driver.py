@@ -24,6 +24,7 @@ from runner.perf.stats import compare_all
 from runner.perf.step import RESULTS_PATH, PerfPlan, PerfRunError, parse_results, perf_step
 
 FAST = {
+    "processes": 2,
     "warmup": 1,
     "min_rounds": 6,
     "max_rounds": 8,

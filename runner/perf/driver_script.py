@@ -693,12 +693,12 @@ def _command_values(entries):
 
 
 DEFAULTS = {
-    "processes": 2,
-    "warmup": 2,
+    "processes": 4,
+    "warmup": 1,
     "min_rounds": 10,
     "max_rounds": 60,
     "round_time_s": 0.01,
-    "max_time_s": 2.0,
+    "max_time_s": 1.2,
     "timeout_s": 300.0,
     "cpus": None,
     "gpu": None,

@@ -55,14 +55,14 @@ class PerfPlan(BaseModel):
     sides: dict[Literal["base", "head"], SideSpec]
     kinds: list[BenchmarkKindSpec]
     processes: int = Field(
-        2, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
+        4, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
     )
-    warmup: int = Field(2, ge=0, le=50, description="rounds per pair of processes run first and discarded")
+    warmup: int = Field(1, ge=0, le=50, description="rounds per pair of processes run first and discarded")
     min_rounds: int = Field(10, ge=1, le=1000)
     max_rounds: int = Field(60, ge=1, le=1000)
     round_time_s: float = Field(0.01, gt=0, description="time one round aims at on one side")
     max_time_s: float = Field(
-        2.0, gt=0, description="per benchmark, both sides, unless min_rounds needs more"
+        1.2, gt=0, description="per benchmark, both sides, unless min_rounds needs more"
     )
     timeout_s: float = Field(300.0, gt=0, description="for one round, or one side's set-up of a benchmark")
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
