@@ -221,7 +221,7 @@ def analyse(records: list[dict[str, Any]], true_ratios: dict[str, float] | None 
     names = [BENCH_NAME.format(n) for n in SIZES]
     methods: dict[str, Any] = {}
     for t in THRESHOLDS:
-        methods[f"A/B, threshold {t:.0%}"] = lambda r, t=t: ab_regressed(
+        methods[f"A/B, threshold {t:.1%}"] = lambda r, t=t: ab_regressed(
             r["report"], PerfThresholds(threshold=t)
         )[0]
     methods["A/B, paired bootstrap 2%"] = lambda r: bootstrap_regressed(r["report"], 0.02)

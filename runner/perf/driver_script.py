@@ -30,6 +30,9 @@ import contextlib
 import json
 import os
 import select
+
+with contextlib.suppress(ImportError):  # not on every system; then no round is known to be preempted
+    import resource
 import signal
 import subprocess
 import sys
@@ -84,12 +87,22 @@ def _cuda_sync():
             pass
 
 
+def _preemptions():
+    """How often the scheduler has taken the CPU from this thread so far (Linux; 0 elsewhere)."""
+    try:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+    except (AttributeError, NameError, OSError):
+        return 0
+
+
 def timer(call, setup=None):
-    """``timed(n)``: seconds for ``n`` calls of ``call``, GPU work included; ``setup`` runs untimed."""
+    """``timed(n)``: (seconds for ``n`` calls of ``call``, GPU work included; whether the scheduler
+    took the CPU away meanwhile). ``setup`` runs untimed."""
 
     def timed(n):
         args = setup() if setup is not None else None
         _cuda_sync()
+        before = _preemptions()
         start = time.perf_counter()
         if args is None:
             for _ in range(n):
@@ -98,7 +111,8 @@ def timer(call, setup=None):
             for _ in range(n):
                 call(*args[0], **args[1])
         _cuda_sync()
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        return elapsed, _preemptions() != before
 
     return timed
 
@@ -116,14 +130,15 @@ def serve(channel, name, timed, fixed_n=None):
             continue  # a stop meant for an earlier benchmark that ended in an error
         what = command.get("cmd")
         if what == "calibrate":
-            n, elapsed = 1, timed(1)
+            n, (elapsed, _) = 1, timed(1)
             while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
                 n *= 10
-                elapsed = timed(n)
+                elapsed, _ = timed(n)
             channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
         elif what == "run":
             calls = fixed_n or int(command["n"])
-            channel.send(ev="round", name=name, time=timed(calls), n=calls)
+            elapsed, preempted = timed(calls)
+            channel.send(ev="round", name=name, time=elapsed, n=calls, preempted=preempted)
         else:
             return
 
@@ -531,10 +546,15 @@ class Driver:
         rounds = int(spec["max_time_s"] / per_round) - warmup
         rounds = max(spec["min_rounds"], min(spec["max_rounds"], rounds))
         result["iterations"] = n
-        for index in range(warmup + rounds):
+        result["preempted"] = 0
+        # A round pair in which the scheduler took the CPU from either side measured the neighbours,
+        # not the code: it is run again, as many times at most as there are rounds in all.
+        retries = warmup + rounds
+        index = 0
+        while index < warmup + rounds:
             pair = index % pairs
             first = SIDES[(index // pairs) % 2]
-            times = {}
+            times, preempted = {}, False
             for side in (first, other(first)):
                 worker = workers[(side, pair)]
                 worker.send(cmd="run", name=name, n=n)
@@ -543,10 +563,16 @@ class Driver:
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
                     return result
                 times[side] = float(event["time"]) / max(1, int(event.get("n") or n))
+                preempted = preempted or bool(event.get("preempted"))
+            if preempted and retries > 0:
+                retries -= 1
+                result["preempted"] += 1
+                continue
             if index >= warmup:
                 result["rounds"].append(dict(times, first=first, process=pair))
             else:
                 result["warmup"] += 1
+            index += 1
         return result
 
     def _pin(self, worker):
@@ -696,8 +722,8 @@ DEFAULTS = {
     "processes": 4,
     "warmup": 1,
     "min_rounds": 10,
-    "max_rounds": 60,
-    "round_time_s": 0.01,
+    "max_rounds": 200,
+    "round_time_s": 0.002,
     "max_time_s": 1.2,
     "timeout_s": 300.0,
     "cpus": None,

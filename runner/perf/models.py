@@ -52,6 +52,9 @@ class BenchmarkSamples(Model):
     rounds: list[Round] = Field(default_factory=list, max_length=MAX_ROUNDS)
     warmup: int = Field(0, ge=0, description="rounds run first and discarded")
     iterations: int | None = Field(None, ge=1, description="calls per round on each side")
+    preempted: int = Field(
+        0, ge=0, description="round pairs run again because the scheduler took the CPU from a side"
+    )
     error: BenchmarkError | None = None
 
 
