@@ -272,6 +272,25 @@ async def test_a_benchmark_that_crashes_on_head_is_an_error_and_the_others_still
     assert verdicts["test_b_kills_its_process"] is Verdict.ERROR
 
 
+async def test_a_pull_request_cannot_stand_in_for_the_driver_or_its_plugin(tmp_path):
+    impostor = "raise SystemExit('the pull request replaced paritybot\\'s module')\n"
+    write_tree(tmp_path / "base", {"tests/test_x.py": "def test_x(benchmark):\n    benchmark(len, [])\n"})
+    write_tree(
+        tmp_path / "head",
+        {
+            "tests/test_x.py": "def test_x(benchmark):\n    benchmark(len, [])\n",
+            "paritybot_perf_pytest.py": impostor,
+            "paritybot_perf_driver.py": impostor,
+        },
+    )
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}], processes=1))
+
+    assert report.errors == []
+    (bench,) = report.benchmarks
+    assert bench.error is None and len(bench.rounds) >= 6
+
+
 async def test_a_suite_that_does_not_import_on_head_is_reported_for_that_side(tmp_path):
     write_tree(tmp_path / "base", {"tests/test_x.py": "def test_x(benchmark):\n    benchmark(len, [])\n"})
     write_tree(tmp_path / "head", {"tests/conftest.py": "raise ImportError('conftest broke')\n"})

@@ -6,6 +6,7 @@ file)::
 
     python3 -I paritybot_perf_driver.py SPEC OUT     compare base and head as SPEC says, write OUT
     python3 paritybot_perf_driver.py asv-worker DIR  (internal) one side's asv benchmarks
+    python3 paritybot_perf_driver.py pytest-worker … (internal) one side's pytest, with the plugin
 
 SPEC (JSON) names the two checkouts (``sides.base``/``sides.head``: ``root``, ``paths`` put on
 ``PYTHONPATH`` relative to the root, ``python``), the benchmark kinds to run (``pytest``: pytest
@@ -33,7 +34,6 @@ import select
 
 with contextlib.suppress(ImportError):  # not on every system; then no round is known to be preempted
     import resource
-import signal
 import subprocess
 import sys
 import time
@@ -318,7 +318,6 @@ class Worker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(to_worker, from_worker),
-                start_new_session=True,
             )
         os.close(to_worker)
         os.close(from_worker)
@@ -366,8 +365,10 @@ class Worker:
             self.kill()
 
     def kill(self):
+        # The benchmark processes stay in the driver's process group, so a runner that stops the
+        # step (timeout, cancel) stops them too; here only the one process is stopped.
         with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.kill()
         self.proc.wait()
 
     def close(self):
@@ -389,7 +390,9 @@ def _side_env(spec, side, lib_dir):
     spec_side = spec["sides"][side]
     paths = [os.path.join(spec_side["root"], p) for p in spec_side.get("paths", ["."])]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*paths, lib_dir, *filter(None, [env.get("PYTHONPATH")])])
+    # The driver's own modules first (a file of the pull request cannot stand in for them; their
+    # directory holds nothing else), then the side's paths, then what the image sets.
+    env["PYTHONPATH"] = os.pathsep.join([lib_dir, *paths, *filter(None, [env.get("PYTHONPATH")])])
     env[PATHS_VARIABLE] = os.pathsep.join(paths)
     # The same string hashes on both sides, so identical code lays out its dicts and sets alike.
     env["PYTHONHASHSEED"] = "0"
@@ -426,7 +429,7 @@ class Driver:
     def _worker_argv(self, kind, side):
         python = self.spec["sides"][side].get("python", "python3")
         if kind["kind"] == "pytest":
-            return [python, "-m", "pytest", *PYTEST_OPTIONS, "-q", *kind.get("args", [])]
+            return [python, SCRIPT, "pytest-worker", *PYTEST_OPTIONS, "-q", *kind.get("args", [])]
         return [python, SCRIPT, "asv-worker", self._asv_dir(kind, side)]
 
     # Measuring -------------------------------------------------------------------------------
@@ -652,7 +655,6 @@ class Driver:
                     stdout=out,
                     stderr=subprocess.DEVNULL,
                     timeout=self.spec["timeout_s"],
-                    start_new_session=True,
                     preexec_fn=self._pin_self,
                 )
             except subprocess.TimeoutExpired:
@@ -776,7 +778,18 @@ def main(spec_path, out_path):
     return 0
 
 
+def pytest_worker(args):
+    """pytest, started as a script so that sys.path begins with this directory, not the checkout's
+    (``python -m`` would put the working directory first, where a file of the pull request could
+    stand in for the plugin)."""
+    import pytest
+
+    return pytest.main(list(args))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["pytest-worker"]:
+        sys.exit(pytest_worker(sys.argv[2:]))
     if sys.argv[1:2] == ["asv-worker"]:
         sys.exit(asv_worker(sys.argv[2]))
     sys.exit(main(sys.argv[1], sys.argv[2]))
