@@ -201,9 +201,9 @@ async def test_rounds_the_scheduler_interrupted_are_run_again(tmp_path):
 
     (bench,) = report.benchmarks
     assert bench.error is None
-    # A process busy on the same CPU takes it from a 30 ms round: rounds are run again (at most as
-    # many retries as rounds), then kept, so the benchmark still ends.
-    assert 0 < bench.preempted <= bench.warmup + len(bench.rounds)
+    # A process busy on the same CPU takes it from a 30 ms round: rounds are run again (until
+    # three times the benchmark's time is spent), then kept, so the benchmark still ends.
+    assert bench.preempted > 0
     assert len(bench.rounds) >= 6
 
 

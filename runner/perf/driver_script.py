@@ -541,36 +541,37 @@ class Driver:
                 if step == "calibrate":
                     estimates.append(float(event.get("estimate") or 0.0))
                     fixed = event.get("fixed") or fixed
-        estimate = max(estimates) or 1e-9
+        # The least disturbed calibration is the closest to the code's own cost.
+        estimate = min(estimates) or 1e-9
         n = int(fixed) if fixed else max(1, int(spec["round_time_s"] / estimate))
-        per_round = 2 * n * estimate
-        pairs = spec["processes"]
-        warmup = spec["warmup"] * pairs  # each pair of processes warms up
-        rounds = int(spec["max_time_s"] / per_round) - warmup
-        rounds = max(spec["min_rounds"], min(spec["max_rounds"], rounds))
         result["iterations"] = n
         result["preempted"] = 0
-        # A round pair in which the scheduler took the CPU from either side measured the neighbours,
-        # not the code: it is run again, as many times at most as there are rounds in all.
-        retries = warmup + rounds
-        index = 0
-        while index < warmup + rounds:
+        pairs = spec["processes"]
+        warmup = spec["warmup"] * pairs  # each pair of processes warms up
+        started, spent, index = time.monotonic(), 0.0, 0
+        while index < warmup + spec["max_rounds"]:
+            if index - warmup >= spec["min_rounds"] and spent >= spec["max_time_s"]:
+                break
             pair = index % pairs
             first = SIDES[(index // pairs) % 2]
             times, preempted = {}, False
             for side in (first, other(first)):
                 worker = workers[(side, pair)]
                 worker.send(cmd="run", name=name, n=n)
-                event = self._await(worker, name, ("round",), timeout + 20 * per_round)
+                event = self._await(worker, name, ("round",), timeout + 40 * n * estimate)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
                     return result
-                times[side] = float(event["time"]) / max(1, int(event.get("n") or n))
+                calls = max(1, int(event.get("n") or n))
+                times[side] = float(event["time"]) / calls
                 preempted = preempted or bool(event.get("preempted"))
-            if preempted and retries > 0:
-                retries -= 1
+            # A round pair in which the scheduler took the CPU from either side measured the
+            # neighbours, not the code: it is run again, until three times the benchmark's time is
+            # spent; after that it is kept, so that a benchmark on a busy machine still ends.
+            if preempted and time.monotonic() - started < 3 * spec["max_time_s"]:
                 result["preempted"] += 1
                 continue
+            spent += (times["base"] + times["head"]) * calls
             if index >= warmup:
                 result["rounds"].append(dict(times, first=first, process=pair))
             else:
