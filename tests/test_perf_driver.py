@@ -149,8 +149,10 @@ async def test_rounds_alternate_sides_and_process_pairs_and_each_side_runs_its_o
     pids = {side: {pid for s, pid in calls if s == side} for side in ("base", "head")}
     assert len(pids["base"]) == 2 and len(pids["head"]) == 2
     assert not pids["base"] & pids["head"]
-    # One calibration call per process, one at a time; then the rounds, warm-up first.
-    timed = calls[4:]
+    # Calibration: three calls per process, one process at a time; then the rounds, warm-up first.
+    calibration, timed = calls[:12], calls[12:]
+    assert [len({pid for _, pid in calibration[i : i + 3]}) for i in range(0, 12, 3)] == [1, 1, 1, 1]
+    assert len({pid for _, pid in calibration}) == 4
     pairs = [(timed[i][0], frozenset(p for _, p in timed[i : i + 2])) for i in range(0, len(timed), 2)]
     assert all({s for s, _ in timed[i : i + 2]} == {"base", "head"} for i in range(0, len(timed), 2))
     # A pair the scheduler interrupted is run again at once, the same way; the rest follow the plan.

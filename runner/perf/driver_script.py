@@ -134,6 +134,8 @@ def serve(channel, name, timed, fixed_n=None):
             while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
                 n *= 10
                 elapsed, _ = timed(n)
+            # The fastest of three: a neighbour can only make a try slower.
+            elapsed = min([elapsed] + [timed(n)[0] for _ in range(2)])
             channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
         elif what == "run":
             calls = fixed_n or int(command["n"])
@@ -550,7 +552,10 @@ class Driver:
         warmup = spec["warmup"] * pairs  # each pair of processes warms up
         started, spent, index = time.monotonic(), 0.0, 0
         while index < warmup + spec["max_rounds"]:
-            if index - warmup >= spec["min_rounds"] and spent >= spec["max_time_s"]:
+            # Enough once the benchmark's time is spent in measured rounds, or, on a machine so busy
+            # that each round waits for the CPU, once three times that has passed.
+            late = time.monotonic() - started >= 3 * spec["max_time_s"]
+            if index - warmup >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
                 break
             pair = index % pairs
             first = SIDES[(index // pairs) % 2]
@@ -566,9 +571,9 @@ class Driver:
                 times[side] = float(event["time"]) / calls
                 preempted = preempted or bool(event.get("preempted"))
             # A round pair in which the scheduler took the CPU from either side measured the
-            # neighbours, not the code: it is run again, until three times the benchmark's time is
-            # spent; after that it is kept, so that a benchmark on a busy machine still ends.
-            if preempted and time.monotonic() - started < 3 * spec["max_time_s"]:
+            # neighbours, not the code: it is run again, until three times the benchmark's time has
+            # passed; after that it is kept, so that a benchmark on a busy machine still ends.
+            if preempted and not late:
                 result["preempted"] += 1
                 continue
             spent += (times["base"] + times["head"]) * calls
