@@ -6,21 +6,24 @@ two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
     python benchmarks/perf_detection.py --analyse perf-trials.json     # tables again, no run
 
 A sample project has three pytest-benchmark tests of different sizes (a few microseconds, about
-half a millisecond, about 20 ms), each a loop of arithmetic. A *slowdown* case makes one of them
-(turn by turn) do 2, 5, 10 or 20 % more loop iterations on head: injected work, not a sleep. A
-*no-op* case changes a comment and a docstring only. Every trial builds fresh base and head
-checkouts and measures them both ways, in alternating order from trial to trial:
+half a millisecond, about 20 ms), each a loop of arithmetic. A *slowdown* makes a benchmark do 2,
+5, 10 or 20 % more loop iterations on head: injected work, not a sleep. A *no-op change* changes a
+comment and a docstring only. A *mixed change* slows the three benchmarks by three different levels
+(0 among them), rotating so that each benchmark gets each level in turn: the benchmarks are
+compared independently, so one run gives three samples. ``--trials N`` makes N no-op changes and
+enough mixed changes for N samples of each slowdown; they alternate. Every change gets fresh base
+and head checkouts, measured both ways, in alternating order from change to change:
 
-* **A/B**: paritybot's step (``runner/perf``) through the host runner: discovery, both sides'
-  pytest processes, interleaved rounds, then the verdict (``runner/perf/stats.py``).
+* **A/B**: paritybot's step (``runner/perf``) through the host runner: both sides' pytest
+  processes, interleaved rounds, then the verdict (``runner/perf/stats.py``).
 * **separate**: ``pytest --benchmark-only --benchmark-save`` on base, then on head
   ``--benchmark-compare --benchmark-compare-fail=mean:5%`` (pytest-benchmark's defaults otherwise).
 
-A detection is the slowed benchmark reported as a regression; a false alarm is any unchanged
-benchmark (in no-op trials, and the two untouched ones in slowdown trials) reported as one. The
-slowdowns are nominal: a call's fixed cost dilutes them a little, so the script also measures the
-true ratio of each slowed variant once, with many interleaved rounds. The raw rounds of every trial
-are saved (``--raw``), so other statistics can be tried on the same data (``--analyse``).
+A detection is a slowed benchmark reported as a regression; a false alarm is an unchanged benchmark
+reported as one (and, per change, a no-op change with any benchmark reported). A slowdown is
+nominal: a call's fixed cost dilutes it a little; the median of the A/B estimates over all changes
+says what it really was. The raw rounds of every run are saved (``--raw``), so other statistics can
+be tried on the same data (``--analyse``).
 """
 
 from __future__ import annotations
@@ -83,14 +86,11 @@ def write_project(root: Path, sizes: dict[str, int], note: str) -> None:
     (root / "tests" / "test_sample.py").write_text(TESTS.format(tests=tests))
 
 
-def make_trial(workspace: Path, case: dict[str, Any]) -> None:
+def make_trial(workspace: Path, slow: dict[str, float]) -> None:
+    """Base, and a head whose benchmarks do ``slow[name]`` more work (all 0: the no-op change)."""
     write_project(workspace / "base", SIZES, "measured")
-    head = dict(SIZES)
-    if case["slow"]:
-        head[case["target"]] = round(SIZES[case["target"]] * (1 + case["slow"]))
-        note = "measured"
-    else:
-        note = "measured, with a comment changed"  # the no-op change
+    head = {name: round(n * (1 + slow[name])) for name, n in SIZES.items()}
+    note = "measured" if any(slow.values()) else "measured, with a comment changed"
     write_project(workspace / "head", head, note)
 
 
@@ -138,24 +138,37 @@ def run_separate(workspace: Path) -> tuple[set[str], float]:
     return {BENCH_NAME.format(n.removeprefix("test_")) for n in regressed}, wall
 
 
-def cases() -> list[dict[str, Any]]:
-    out = [{"case": "no-op", "slow": 0.0, "target": None}]
-    for slow in SLOWDOWNS:
-        out += [{"case": f"+{slow:.0%}", "slow": slow, "target": None}]
+LEVELS = [0.0, *SLOWDOWNS]
+
+
+def schedule(count: int) -> list[dict[str, float]]:
+    """``count`` no-op changes, and enough mixed changes for ``count`` samples of each slowdown.
+
+    A mixed change slows the three benchmarks by three different levels (one may be 0), rotating
+    so that over five changes each benchmark gets each level once: each A/B run is then three
+    independent samples. No-op and mixed changes alternate, three to five.
+    """
+    mixed_needed = -(-count * len(LEVELS) // len(SIZES))  # ceil(count / 3 per 5 changes)
+    no_op = [dict.fromkeys(SIZES, 0.0) for _ in range(count)]
+    mixed = [
+        {name: LEVELS[(t + j) % len(LEVELS)] for j, name in enumerate(SIZES)} for t in range(mixed_needed)
+    ]
+    out = []
+    while no_op or mixed:
+        for take_no_op in (True, False, False, True, False, False, True, False):
+            source = no_op if take_no_op else mixed
+            if source:
+                out.append(source.pop(0))
     return out
 
 
 async def trials(count: int, perf_plan: PerfPlan, raw_path: Path | None) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    targets = list(SIZES)
-    all_cases = cases()
-    for index in range(count * len(all_cases)):
-        case = dict(all_cases[index % len(all_cases)])
-        if case["slow"]:
-            case["target"] = targets[(index // len(all_cases)) % len(targets)]
+    plan_of_changes = schedule(count)
+    for index, slow in enumerate(plan_of_changes):
         workspace = Path(tempfile.mkdtemp(prefix="perf-trial-"))
         try:
-            make_trial(workspace, case)
+            make_trial(workspace, slow)
             ab_first = index % 2 == 0
             if not ab_first:
                 regressed, separate_wall = run_separate(workspace)
@@ -166,16 +179,16 @@ async def trials(count: int, perf_plan: PerfPlan, raw_path: Path | None) -> list
             shutil.rmtree(workspace, ignore_errors=True)
         records.append(
             {
-                **case,
+                "slow": slow,
                 "ab_wall": ab_wall,
                 "separate_wall": separate_wall,
                 "separate_regressed": sorted(regressed),
                 "report": report.model_dump(mode="json"),
             }
         )
+        change = ", ".join(f"{k} +{v:.0%}" for k, v in slow.items() if v) or "no-op"
         print(
-            f"{index + 1}/{count * len(all_cases)} {case['case']:>6} {case['target'] or '':>6} "
-            f"A/B {ab_wall:5.1f} s, separate {separate_wall:5.1f} s",
+            f"{index + 1}/{len(plan_of_changes)} {change}: A/B {ab_wall:5.1f} s, separate {separate_wall:5.1f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -217,8 +230,7 @@ def rate(hits: int, total: int) -> str:
     return f"{hits}/{total} = {hits / total:.0%}" if total else "–"
 
 
-def analyse(records: list[dict[str, Any]], true_ratios: dict[str, float] | None = None) -> None:
-    names = [BENCH_NAME.format(n) for n in SIZES]
+def analyse(records: list[dict[str, Any]]) -> None:
     methods: dict[str, Any] = {}
     for t in THRESHOLDS:
         methods[f"A/B, threshold {t:.1%}"] = lambda r, t=t: ab_regressed(
@@ -226,98 +238,85 @@ def analyse(records: list[dict[str, Any]], true_ratios: dict[str, float] | None 
         )[0]
     methods["A/B, paired bootstrap 2%"] = lambda r: bootstrap_regressed(r["report"], 0.02)
     methods[f"separate, {COMPARE_FAIL}"] = lambda r: set(r["separate_regressed"])
+    no_op_changes = [r for r in records if not any(r["slow"].values())]
     print(
-        "\n| method | "
-        + " | ".join(f"{c['case']} detected" for c in cases()[1:])
-        + " | false alarms (benchmarks) | false alarms (no-op changes) |"
+        f"\n{len(records)} changes ({len(no_op_changes)} no-op), {len(records) * len(SIZES)} benchmark comparisons\n"
     )
-    print("|---|" + "---|" * (len(cases()) + 1))
+    header = " | ".join(f"+{s:.0%} detected" for s in SLOWDOWNS)
+    print(f"| method | {header} | false alarms (unchanged benchmarks) | false alarms (no-op changes) |")
+    print("|---|" + "---|" * (len(SLOWDOWNS) + 2))
     for label, method in methods.items():
-        detected = {c["case"]: [0, 0] for c in cases()[1:]}
+        detected = {s: [0, 0] for s in SLOWDOWNS}
         false_bench = [0, 0]
-        false_change = [0, 0]
         for record in records:
             flagged = method(record)
-            target = BENCH_NAME.format(record["target"]) if record["target"] else None
-            if target:
-                detected[record["case"]][0] += target in flagged
-                detected[record["case"]][1] += 1
-            else:
-                false_change[0] += bool(flagged)
-                false_change[1] += 1
-            for name in names:
-                if name != target:
-                    false_bench[0] += name in flagged
-                    false_bench[1] += 1
-        cells = [rate(*detected[c["case"]]) for c in cases()[1:]]
-        print(f"| {label} | " + " | ".join(cells) + f" | {rate(*false_bench)} | {rate(*false_change)} |")
-    print("\nDetection by benchmark size (A/B at the default threshold, 2%):")
-    limits = PerfThresholds(threshold=0.02)
+            for size, level in record["slow"].items():
+                hit = BENCH_NAME.format(size) in flagged
+                cell = detected[level] if level else false_bench
+                cell[0] += hit
+                cell[1] += 1
+        false_change = sum(bool(method(r)) for r in no_op_changes)
+        cells = [rate(*detected[s]) for s in SLOWDOWNS]
+        print(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {rate(*false_bench)} | {rate(false_change, len(no_op_changes))} |"
+        )
+    limits = PerfThresholds()
+    print(f"\nBy benchmark size (A/B at the default threshold, {limits.threshold:.0%}; separate):")
     for size in SIZES:
         row = []
-        for c in cases()[1:]:
-            chosen = [r for r in records if r["case"] == c["case"] and r["target"] == size]
+        for level in LEVELS:
+            chosen = [r for r in records if r["slow"][size] == level]
             hits = sum(BENCH_NAME.format(size) in ab_regressed(r["report"], limits)[0] for r in chosen)
             sep = sum(BENCH_NAME.format(size) in r["separate_regressed"] for r in chosen)
-            row.append(f"{c['case']}: A/B {rate(hits, len(chosen))}, separate {rate(sep, len(chosen))}")
+            what = f"+{level:.0%}" if level else "unchanged (false alarms)"
+            row.append(f"{what}: A/B {rate(hits, len(chosen))}, separate {rate(sep, len(chosen))}")
         print(f"- {size}: " + "; ".join(row))
+    verdicts: dict[str, dict[str, int]] = {size: {} for size in SIZES}
+    for r in records:
+        for b in DriverReport.model_validate(r["report"]).benchmarks:
+            v = compare(b, limits).verdict.value
+            size = b.name.rsplit("_", 1)[-1]
+            verdicts[size][v] = verdicts[size].get(v, 0) + 1
+    print("Verdicts by size: " + "; ".join(f"{k}: {v}" for k, v in verdicts.items()))
     ab = [r["ab_wall"] for r in records]
     sep = [r["separate_wall"] for r in records]
     print(
-        f"\nWall time per trial (median, 90th percentile): A/B {statistics.median(ab):.1f} s, "
+        f"\nWall time per change (median, 90th percentile): A/B {statistics.median(ab):.1f} s, "
         f"{statistics.quantiles(ab, n=10)[-1]:.1f} s; separate {statistics.median(sep):.1f} s, "
-        f"{statistics.quantiles(sep, n=10)[-1]:.1f} s"
+        f"{statistics.quantiles(sep, n=10)[-1]:.1f} s; total A/B {sum(ab):.0f} s, separate {sum(sep):.0f} s"
     )
     errors = sum(ab_regressed(r["report"], limits)[1] for r in records)
-    rounds = [len(b["rounds"]) for r in records for b in r["report"]["benchmarks"]]
-    widths = {}
+    benches = [b for r in records for b in DriverReport.model_validate(r["report"]).benchmarks]
     for size in SIZES:
-        spans = []
-        for r in records:
-            for b in DriverReport.model_validate(r["report"]).benchmarks:
-                c = compare(b, limits)
-                if b.name == BENCH_NAME.format(size) and c.low and c.high:
-                    spans.append(c.high / c.low - 1)
-        widths[size] = statistics.median(spans) if spans else float("nan")
-    print(
-        f"Benchmarks ended in an error: {errors}; rounds per benchmark: median {statistics.median(rounds)}, "
-        f"range {min(rounds)}–{max(rounds)}"
-    )
-    print(
-        "Median width of the 95% interval (high/low - 1): "
-        + ", ".join(f"{k} {v:.1%}" for k, v in widths.items())
-    )
-    if true_ratios:
+        mine = [b for b in benches if b.name == BENCH_NAME.format(size)]
+        rounds = [len(b.rounds) for b in mine]
+        spans = [c.high / c.low - 1 for b in mine if (c := compare(b, limits)).low and c.high]
         print(
-            "True slowdowns (one long interleaved run each): "
-            + ", ".join(f"{k} {v:.3f}" for k, v in true_ratios.items())
+            f"- {size}: rounds median {statistics.median(rounds)} (range {min(rounds)}–{max(rounds)}), "
+            f"pairs run again median {statistics.median(b.preempted for b in mine)}, "
+            f"95% interval width median {statistics.median(spans):.1%}"
         )
-
-
-async def true_ratios(perf_plan: PerfPlan) -> dict[str, float]:
-    """Each slowed variant against base, with ten times the rounds: what the nominal slowdowns are."""
-    out = {}
-    long_plan = perf_plan.model_copy(update={"max_rounds": 300, "max_time_s": perf_plan.max_time_s * 10})
-    for slow in SLOWDOWNS:
-        workspace = Path(tempfile.mkdtemp(prefix="perf-true-"))
-        try:
-            write_project(workspace / "base", SIZES, "measured")
-            write_project(
-                workspace / "head", {k: round(v * (1 + slow)) for k, v in SIZES.items()}, "measured"
-            )
-            report, _ = await run_ab(workspace, long_plan)
-        finally:
-            shutil.rmtree(workspace, ignore_errors=True)
-        for bench in report.benchmarks:
-            ratios = [r.head / r.base for r in bench.rounds]
-            size = bench.name.rsplit("_", 1)[-1]
-            out[f"{size} +{slow:.0%}"] = statistics.median(ratios)
-    return out
+    print(f"Benchmarks ended in an error: {errors}")
+    print("Measured slowdown (median over the changes of the A/B estimate for the slowed benchmark):")
+    for size in SIZES:
+        cells = []
+        for level in SLOWDOWNS:
+            ratios = [
+                c.ratio
+                for r in records
+                if r["slow"][size] == level
+                for b in DriverReport.model_validate(r["report"]).benchmarks
+                if b.name == BENCH_NAME.format(size) and (c := compare(b, limits)).ratio
+            ]
+            cells.append(f"+{level:.0%} {statistics.median(ratios):.3f}" if ratios else f"+{level:.0%} –")
+        print(f"- {size}: " + ", ".join(cells))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=50, help="per case (default 50)")
+    parser.add_argument("--trials", type=int, default=50, help="samples per case (default 50)")
     parser.add_argument("--raw", type=Path, help="save every trial's rounds here (JSON)")
     parser.add_argument("--analyse", type=Path, help="print the tables of a saved --raw file and stop")
     parser.add_argument("--processes", type=int, help="A/B processes per side (default: paritybot's)")
@@ -326,7 +325,7 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     if args.analyse:
         data = json.loads(args.analyse.read_text())
-        analyse(data["trials"], data.get("true_ratios"))
+        analyse(data["trials"])
         return
     overrides = {"processes": args.processes, "max_time_s": args.max_time}
     perf_plan = plan(**{k: v for k, v in overrides.items() if v is not None})
@@ -339,12 +338,7 @@ def main() -> None:
     )
     started = time.perf_counter()
     records = asyncio.run(trials(args.trials, perf_plan, args.raw))
-    ratios = asyncio.run(true_ratios(perf_plan))
-    if args.raw:
-        args.raw.write_text(
-            json.dumps({"plan": perf_plan.model_dump(mode="json"), "trials": records, "true_ratios": ratios})
-        )
-    analyse(records, ratios)
+    analyse(records)
     print(f"\n{len(records)} trials in {time.perf_counter() - started:.0f} s")
 
 
