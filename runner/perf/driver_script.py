@@ -52,6 +52,7 @@ SCRIPT = os.path.abspath(__file__)
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
 CALIBRATE_S = 0.002
+TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
 
 
 # --- the worker half: runs inside each side's process ------------------------------------------
@@ -139,8 +140,9 @@ def serve(channel, name, timed, fixed_n=None):
             channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
         elif what == "run":
             calls = fixed_n or int(command["n"])
-            elapsed, preempted = timed(calls)
-            channel.send(ev="round", name=name, time=elapsed, n=calls, preempted=preempted)
+            rounds = [timed(calls) for _ in range(max(1, int(command.get("rounds", 1))))]
+            times = [elapsed for elapsed, _ in rounds]
+            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[p for _, p in rounds])
         else:
             return
 
@@ -549,39 +551,46 @@ class Driver:
         result["iterations"] = n
         result["preempted"] = 0
         pairs = spec["processes"]
-        warmup = spec["warmup"] * pairs  # each pair of processes warms up
-        started, spent, index = time.monotonic(), 0.0, 0
-        while index < warmup + spec["max_rounds"]:
+        # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
+        # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
+        per_turn = max(1, int(TURN_S / (n * estimate)))
+        started, spent, turn = time.monotonic(), 0.0, 0
+        rounds = result["rounds"]
+        while len(rounds) < spec["max_rounds"]:
             # Enough once the benchmark's time is spent in measured rounds, or, on a machine so busy
-            # that each round waits for the CPU, once three times that has passed.
-            late = time.monotonic() - started >= 3 * spec["max_time_s"]
-            if index - warmup >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
+            # that each round waits for the CPU, once twice that has passed.
+            late = time.monotonic() - started >= 2 * spec["max_time_s"]
+            if len(rounds) >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
                 break
-            pair = index % pairs
-            first = SIDES[(index // pairs) % 2]
-            times, preempted = {}, False
+            pair = turn % pairs
+            first = SIDES[(turn // pairs) % 2]
+            warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
+            count = 1 if warming else min(per_turn, spec["max_rounds"] - len(rounds))
+            got = {}
             for side in (first, other(first)):
                 worker = workers[(side, pair)]
-                worker.send(cmd="run", name=name, n=n)
-                event = self._await(worker, name, ("round",), timeout + 40 * n * estimate)
+                worker.send(cmd="run", name=name, n=n, rounds=count)
+                event = self._await(worker, name, ("rounds",), timeout + 40 * count * n * estimate)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
                     return result
                 calls = max(1, int(event.get("n") or n))
-                times[side] = float(event["time"]) / calls
-                preempted = preempted or bool(event.get("preempted"))
-            # A round pair in which the scheduler took the CPU from either side measured the
-            # neighbours, not the code: it is run again, until three times the benchmark's time has
-            # passed; after that it is kept, so that a benchmark on a busy machine still ends.
-            if preempted and not late:
-                result["preempted"] += 1
-                continue
-            spent += (times["base"] + times["head"]) * calls
-            if index >= warmup:
-                result["rounds"].append(dict(times, first=first, process=pair))
-            else:
-                result["warmup"] += 1
-            index += 1
+                got[side] = list(zip(event["times"], event["preempted"]))[:count]
+            turn += 1
+            for (base, base_cut), (head, head_cut) in zip(got["base"], got["head"]):
+                spent += base + head
+                if warming:
+                    result["warmup"] += 1
+                elif (base_cut or head_cut) and not late and result["preempted"] < len(rounds) + 10:
+                    # The scheduler took the CPU from a side during this round: it measured the
+                    # neighbours, not the code, and is dropped, as long as no more rounds were
+                    # dropped than kept (and twice the benchmark's time has not passed): on a machine
+                    # so busy that every round is cut, the rounds are kept and the interval widens.
+                    result["preempted"] += 1
+                else:
+                    rounds.append(
+                        {"base": base / calls, "head": head / calls, "first": first, "process": pair}
+                    )
         return result
 
     def _pin(self, worker):
