@@ -574,11 +574,11 @@ class Driver:
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
                     return result
-                calls = max(1, int(event.get("n") or n))
-                got[side] = list(zip(event["times"], event["preempted"]))[:count]
+                calls = max(1, int(event.get("n") or n))  # per side: asv's ``number`` may differ
+                got[side] = [(t / calls, cut) for t, cut in zip(event["times"], event["preempted"])][:count]
             turn += 1
             for (base, base_cut), (head, head_cut) in zip(got["base"], got["head"]):
-                spent += base + head
+                spent += (base + head) * n
                 if warming:
                     result["warmup"] += 1
                 elif (base_cut or head_cut) and not late and result["preempted"] < len(rounds) + 10:
@@ -588,9 +588,7 @@ class Driver:
                     # so busy that every round is cut, the rounds are kept and the interval widens.
                     result["preempted"] += 1
                 else:
-                    rounds.append(
-                        {"base": base / calls, "head": head / calls, "first": first, "process": pair}
-                    )
+                    rounds.append({"base": base, "head": head, "first": first, "process": pair})
         return result
 
     def _pin(self, worker):
