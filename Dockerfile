@@ -74,7 +74,7 @@ ENV PATH=/opt/paritybot/bin:$PATH \
     PARITYBOT_CACHE_ROOT=/var/lib/paritybot/cache \
     PARITYBOT_HOST=0.0.0.0 \
     PARITYBOT_PORT=8080
-# The database, the delivery log, workspaces and caches: everything that must survive a restart.
+# The database, workspaces and caches: everything that must survive a restart.
 VOLUME ["/var/lib/paritybot"]
 WORKDIR /var/lib/paritybot
 USER paritybot

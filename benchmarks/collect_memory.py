@@ -3,7 +3,7 @@
 
     DOCKER_HOST=unix:///tmp/paritybot-engine/docker.sock python benchmarks/collect_memory.py [--mb 300]
 
-Each side is one test step of the container runner through :func:`runner.testexec.run_tests`, in
+Each side is one test step of the container runner through :func:`runner.checks.testexec.run_tests`, in
 a fresh process so that its peak resident memory (``ru_maxrss``) is its own. The hostile side's
 ``conftest.py`` rewrites pytest's report at the end of the session with ``--mb`` megabytes of
 valid XML (test cases with ``--case-bytes`` of failure text each), as a pull request can. The baseline side runs
@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import docker
 import structlog
 
-from bot.config import Environment, TestSettings
-from runner.docker import DockerRunner
-from runner.repro import ReproContext
-from runner.testexec import TestRunError, run_tests
+from bot.core.config import Environment, TestSettings
+from runner.backends.docker import DockerRunner
+from runner.checks.repro import ReproContext
+from runner.checks.testexec import TestRunError, run_tests
 
 # Rewrites the report after pytest wrote it: cases of 100 kB failure text each, up to the size asked.
 _CONFTEST = """
@@ -81,7 +81,7 @@ async def child(image: str, mb: int, case_bytes: int) -> dict[str, object]:
     runner = DockerRunner(env, f"bench-{uuid.uuid4().hex[:8]}", client)
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
         workspace = Path(tmp)
-        repro = ReproContext(head_sha=make_workspace(workspace), repo="bench/bench", runner_kind="docker")
+        repro = ReproContext(head_sha=make_workspace(workspace), repo="bench/bench")
         await runner.prepare()
         started = time.perf_counter()
         try:

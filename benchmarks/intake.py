@@ -107,7 +107,7 @@ class GroupCommit:
     together in the next one (one transaction, one fsync), each batch in a thread."""
 
     def __init__(self, path: Path):
-        from bot.sqlite_store import SQLiteStore, connect
+        from bot.service.store.sqlite import SQLiteStore, connect
 
         SQLiteStore(path).close()  # the schema
         self._conn = connect(path)
@@ -159,7 +159,7 @@ class GroupCommit:
 
 def group_commit_app(db: str) -> web.Application:
     """paritybot's checks, then the experiment's batched commit instead of the store's own."""
-    from bot.intake import IntakeError, accept, check_transport
+    from bot.service.intake import IntakeError, accept, check_transport
 
     grouped = GroupCommit(Path(db))
 
@@ -178,8 +178,8 @@ def group_commit_app(db: str) -> web.Application:
 
 
 def serve_paritybot(port: int, db: str, lag_file: str, group_commit: bool) -> None:
-    from bot.sqlite_store import SQLiteStore
-    from bot.web import create_web_app
+    from bot.service.store.sqlite import SQLiteStore
+    from bot.service.web import create_web_app
 
     app = group_commit_app(db) if group_commit else create_web_app(SECRET, SQLiteStore(Path(db)))
     watcher: list[asyncio.Task[None]] = []
@@ -217,7 +217,7 @@ def committed(db: Path, run: str) -> int:
 
 def store_alone(db: Path, body: bytes, seconds: float = 3.0) -> str:
     """The disk's share: record_delivery called in a loop, no HTTP. It bounds the intake's rate."""
-    from bot.sqlite_store import SQLiteStore
+    from bot.service.store.sqlite import SQLiteStore
 
     store = SQLiteStore(db)
     times: list[float] = []
@@ -311,7 +311,7 @@ def main() -> int:
 
 
 def measure(tmp: Path, duration: int, connections: list[int], group_commit: bool) -> int:
-    from bot.sqlite_store import connect
+    from bot.service.store.sqlite import connect
 
     body = payload()
     (tmp / "body.json").write_bytes(body)

@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import structlog
 
-from runner.host import HostRunner
-from runner.perf.models import DriverReport, PerfThresholds, Verdict
+from bot.core.perf import DriverReport, PerfThresholds, Verdict
+from runner.backends.host import HostRunner
 from runner.perf.stats import compare
 from runner.perf.step import PerfPlan, parse_results, perf_step
 

@@ -8,7 +8,7 @@ interleaved so that engine warm-up and background load hit them alike:
 
 * **single** — one container runs ``pre-commit run --from-ref MB --to-ref HEAD`` over every hook
   and puts the files back (how the check ran before it was split), the hook store read-only;
-* **isolated** — :func:`runner.precommit.run_precommit`: the install container (nothing to install,
+* **isolated** — :func:`runner.checks.precommit.run_precommit`: the install container (nothing to install,
   it checks and exits), the classifier container, one container per hook that applies, and the
   put-back container when a hook failed.
 
@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import docker
 import structlog
 
-from bot.config import Environment
-from bot.demo import DemoRepo, commit_all, git, make_demo_repo
-from runner.base import Step, ToolStore
-from runner.docker import DockerRunner
+from bot.cli.demo import DemoRepo, commit_all, git, make_demo_repo
+from bot.core.config import Environment
+from runner.backends.base import Step, ToolStore
+from runner.backends.docker import DockerRunner
+from runner.checks.precommit import CONFIG_FILE, STORE_ENV, image_key, precommit_store_key, run_precommit
 from runner.gitdiff import merge_base
-from runner.precommit import CONFIG_FILE, STORE_ENV, image_key, precommit_store_key, run_precommit
 
 TEN_HOOKS = """\
 repos:

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import docker
 import structlog
 
-from bot.config import Environment
-from runner.base import Step
-from runner.docker import DockerRunner
+from bot.core.config import Environment
+from runner.backends.base import Step
+from runner.backends.docker import DockerRunner
 
 STEP = Step(name="bench", argv=["true"])
 

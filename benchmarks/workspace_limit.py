@@ -40,10 +40,10 @@ import docker
 import structlog
 from docker.utils import parse_bytes
 
-from bot.config import Environment, ResourceLimits
-from runner.base import Step
-from runner.docker import DockerRunner
-from runner.workspace_watch import _LIMITS, WATCH_INTERVAL_S, WATCH_MOUNT
+from bot.core.config import Environment, ResourceLimits
+from runner.backends.base import Step
+from runner.backends.docker import DockerRunner
+from runner.backends.workspace_watch import _LIMITS, WATCH_INTERVAL_S, WATCH_MOUNT
 
 # 100 files of 3 kB per directory, like a source tree.
 MAKE_FILES = """

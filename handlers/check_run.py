@@ -5,8 +5,7 @@ from __future__ import annotations
 from gidgethub import routing, sansio
 
 from handlers.context import HandlerContext
-from handlers.runs import gate_untrusted, load_config, request_from_pr, start_runs
-from handlers.trust import pr_facts_from_payload
+from handlers.runs import request_from_pr, run_pr_head
 
 router = routing.Router()
 
@@ -30,10 +29,4 @@ async def rerun_requested(event: sansio.Event, ctx: HandlerContext) -> None:
         if pull["head"]["sha"] != check["head_sha"]:
             continue  # an outdated commit: rerunning it would report on code no longer in the PR
         request = request_from_pr(pull, ctx.installation_id, trigger="check run re-run")
-        config = await load_config(ctx, repo, request.pr_number, pull["base"]["ref"])
-        if config is None:
-            continue
-        allowed = await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull))
-        if allowed is None:
-            continue
-        await start_runs(ctx, allowed, config, trigger_key=f"rerequest-{event.delivery_id}")
+        await run_pr_head(ctx, pull, request, trigger_key=f"rerequest-{event.delivery_id}")

@@ -14,14 +14,13 @@ from typing import Any
 import structlog
 from gidgethub import routing, sansio
 
-from bot.config import RepoConfig
-from bot.github_queries import lookup_user_facts
-from bot.models import RunScope
-from handlers.commands import is_new_command, parse_comment, reply_for_errors, usage_text
+from bot.core.config import RepoConfig
+from bot.core.kinds import COMMAND
+from bot.core.models import RunScope
 from handlers.context import HandlerContext
-from handlers.environments import choose_environments
-from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
-from handlers.trust import (
+from handlers.decisions.commands import is_new_command, parse_comment, reply_for_errors, usage_text
+from handlers.decisions.environments import choose_environments
+from handlers.decisions.trust import (
     Commenter,
     TrustDecision,
     commenter_from_payload,
@@ -29,6 +28,8 @@ from handlers.trust import (
     needs_lookup,
     pr_facts_from_payload,
 )
+from handlers.queries import lookup_user_facts
+from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
 
 router = routing.Router()
 log = structlog.get_logger(__name__)
@@ -84,7 +85,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     if decision.approve_sha:
         await asyncio.to_thread(ctx.store.add_approval, repo, number, decision.approve_sha, commenter.login)
     request = request_from_pr(
-        pull, ctx.installation_id, scope=command.scope, trigger=f"/retest-gpu by @{commenter.login}"
+        pull, ctx.installation_id, scope=command.scope, trigger=f"{COMMAND} by @{commenter.login}"
     )
     request.comment_id = comment_id
     request.author_trusted = decision.author_trusted
@@ -93,7 +94,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         if not request.only_tests:
             await ctx.reporter.react(repo, comment_id, "confused")
             await ctx.reporter.reply(
-                repo, number, "No test failed in the last run, so `/retest-gpu failed` has nothing to rerun."
+                repo, number, f"No test failed in the last run, so `{COMMAND} failed` has nothing to rerun."
             )
             return
     await ctx.reporter.react(repo, comment_id, "eyes")
@@ -101,8 +102,8 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         ctx,
         request,
         config,
+        choice.environments,
         trigger_key=f"comment-{comment_id}-{hashlib.sha256(body.encode()).hexdigest()[:12]}",
-        explicit_envs=command.envs,
     )
     log.info("retest requested", scope=command.scope.value, runs=len(jobs))
 

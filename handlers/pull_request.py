@@ -5,8 +5,7 @@ from __future__ import annotations
 from gidgethub import routing, sansio
 
 from handlers.context import HandlerContext
-from handlers.runs import gate_untrusted, load_config, request_from_pr, start_runs
-from handlers.trust import pr_facts_from_payload
+from handlers.runs import request_from_pr, run_pr_head
 
 router = routing.Router()
 
@@ -20,17 +19,11 @@ async def pr_has_new_code(event: sansio.Event, ctx: HandlerContext) -> None:
     if pull.get("draft") or ctx.gh is None:
         return
     request = request_from_pr(pull, ctx.installation_id, trigger=f"pull_request.{event.data['action']}")
-    config = await load_config(ctx, request.repo, request.pr_number, pull["base"]["ref"])
-    if config is None:
-        return
-    allowed = await gate_untrusted(ctx, config, request, pr_facts_from_payload(pull))
-    if allowed is None:
-        return
-    await start_runs(ctx, allowed, config, trigger_key=f"push-{request.head_sha}")
+    await run_pr_head(ctx, pull, request, trigger_key=f"push-{request.head_sha}")
 
 
 @router.register("pull_request", action="closed")
 @router.register("pull_request", action="converted_to_draft")
 async def pr_stopped(event: sansio.Event, ctx: HandlerContext) -> None:
     pull = event.data["pull_request"]
-    await ctx.scheduler.cancel(ctx.reporter, event.data["repository"]["full_name"], int(pull["number"]))
+    await ctx.scheduler.cancel(event.data["repository"]["full_name"], int(pull["number"]))

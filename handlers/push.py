@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gidgethub import routing, sansio
 
-from bot.models import RunKind, RunRequest
+from bot.core.models import RunKind, RunRequest
 from handlers.context import HandlerContext
 from handlers.runs import load_config
 
@@ -39,4 +39,4 @@ async def default_branch_pushed(event: sansio.Event, ctx: HandlerContext) -> Non
         base_ref=default,
         trigger=f"push to {default}",
     )
-    await ctx.scheduler.schedule(None, request, config, config.environments, trigger_key="baseline")
+    await ctx.scheduler.schedule(request, config, config.environments, trigger_key="baseline")

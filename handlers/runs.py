@@ -7,18 +7,26 @@ calls those decisions need and hands the result to the scheduler.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from bot.config import ConfigError, RepoConfig
-from bot.github_queries import fetch_repo_config, lookup_user_facts
-from bot.models import RunRequest, RunScope
-from bot.report import Stage, render_awaiting_approval_output
-from bot.store import Job
+from bot.core.config import ConfigError, Environment, RepoConfig
+from bot.core.kinds import Stage
+from bot.core.models import RunRequest, RunScope
+from bot.render.check_runs import render_awaiting_approval_output
 from handlers.context import HandlerContext
-from handlers.environments import choose_environments
-from handlers.trust import Approval, PrFacts, decide_pr_run, needs_lookup, untrusted_pr_note
+from handlers.decisions.environments import choose_environments
+from handlers.decisions.trust import (
+    Approval,
+    PrFacts,
+    decide_pr_run,
+    needs_lookup,
+    pr_facts_from_payload,
+    untrusted_pr_note,
+)
+from handlers.queries import fetch_repo_config, lookup_user_facts
 
 log = structlog.get_logger(__name__)
 
@@ -70,27 +78,41 @@ async def start_runs(
     ctx: HandlerContext,
     request: RunRequest,
     config: RepoConfig,
+    environments: Sequence[Environment],
     *,
     trigger_key: str,
-    explicit_envs: list[str] | None = None,
-) -> list[Job]:
-    """Supersede older runs of the PR, then queue one run per chosen environment."""
-    choice = choose_environments(config, request.base_ref, request.labels, explicit_envs or [])
-    if choice.errors:
-        if ctx.reporter is not None and request.pr_number is not None:
-            await ctx.reporter.reply(request.repo, request.pr_number, "\n".join(choice.errors))
-        return []
+) -> Sequence[object]:
+    """Supersede older runs of the PR, then queue one run per environment."""
     if request.pr_number is not None:
-        await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
-    return await ctx.scheduler.schedule(ctx.reporter, request, config, choice.environments, trigger_key)
+        await ctx.scheduler.cancel(request.repo, request.pr_number, keep_sha=request.head_sha)
+    return await ctx.scheduler.schedule(request, config, environments, trigger_key)
 
 
-async def gate_untrusted(
-    ctx: HandlerContext, config: RepoConfig, request: RunRequest, pr: PrFacts
+async def run_pr_head(
+    ctx: HandlerContext, pull: dict[str, Any], request: RunRequest, *, trigger_key: str
+) -> None:
+    """Run the PR's head in the environments the base branch's config picks, once it may run."""
+    config = await load_config(ctx, request.repo, request.pr_number, pull["base"]["ref"])
+    if config is None:
+        return
+    environments = choose_environments(config, request.base_ref, request.labels).environments
+    allowed = await runnable_request(ctx, config, request, pr_facts_from_payload(pull), environments)
+    if allowed is not None:
+        await start_runs(ctx, allowed, config, environments, trigger_key=trigger_key)
+
+
+async def runnable_request(
+    ctx: HandlerContext,
+    config: RepoConfig,
+    request: RunRequest,
+    pr: PrFacts,
+    environments: Sequence[Environment],
 ) -> RunRequest | None:
-    """The request to run, marked with whether its author is trusted; None when it must wait.
+    """The request to run, marked with whether its author is trusted; None while the head commit
+    waits for a maintainer's approval.
 
-    When it waits, the summary and the check runs say that a maintainer must approve the commit.
+    While it waits, older runs of the PR are cancelled, and the summary and one check run per
+    check of each environment say that a maintainer must approve the commit.
     """
     assert ctx.gh is not None and request.pr_number is not None
     approvals = await approvals_of(ctx, request.repo, request.pr_number)
@@ -101,14 +123,14 @@ async def gate_untrusted(
         return request.model_copy(update={"author_trusted": decision.author_trusted})
     log.info("run waits for approval", reason=decision.reason)
     # The older commit's runs must not go on once an untrusted author pushes new code.
-    await ctx.scheduler.cancel(ctx.reporter, request.repo, request.pr_number, keep_sha=request.head_sha)
+    await ctx.scheduler.cancel(request.repo, request.pr_number, keep_sha=request.head_sha)
     if ctx.reporter is not None:
         note = untrusted_pr_note(config.trust, pr, approvals)
         await ctx.reporter.refresh_summary(
             request.repo, request.pr_number, override=(Stage.AWAITING_APPROVAL, note)
         )
         # The checks tab says it too: "action required", not a silent absence of checks.
-        for env in choose_environments(config, request.base_ref, request.labels).environments:
+        for env in environments:
             outputs = render_awaiting_approval_output(env.name, reason=note)
             await ctx.reporter.create_check_runs(request.repo, request.head_sha, outputs)
     return None

@@ -9,41 +9,26 @@ The API is a few functions and two models; the checks and the test selection bui
   (symbolic links, submodules and oversized files refused: a PR controls its tree);
 * :func:`list_files` — every file tracked at a revision.
 
-Every failure of git (a bad revision, not a repository) raises :class:`GitDiffError` carrying
-git's own stderr, so the user sees the real reason.
+Every failure of git (a bad revision, not a repository) raises :class:`runner.git.GitError`
+carrying git's own stderr, so the user sees the real reason.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from enum import StrEnum
 from pathlib import Path
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.git import GitError, decode, git_bytes
+
 log = structlog.get_logger(__name__)
 
-# Settings that would change git's output format are pinned per call, so a user's or the
-# machine's git config (colour, external diff tools, odd prefixes, quoting) cannot break parsing.
-_GIT_OPTIONS = ["-c", "core.quotePath=false", "-c", "diff.noprefix=false", "-c", "color.ui=never"]
 _DIFF_OPTIONS = ["--no-ext-diff", "--no-textconv", "--no-color", "--find-renames"]
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
-
-
-class GitDiffError(RuntimeError):
-    """A git command failed; ``stderr`` holds git's own explanation."""
-
-    def __init__(self, argv: list[str], returncode: int, stderr: str):
-        self.argv = argv
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        # git can follow its reason with a whole usage text; the first lines carry the reason.
-        reason = " ".join(self.stderr.splitlines()[:3])[:500]
-        super().__init__(f"`git {' '.join(argv)}` failed (exit {returncode}): {reason}")
 
 
 class FileStatus(StrEnum):
@@ -82,32 +67,15 @@ class ChangedFile(BaseModel):
         return self.additions + self.deletions
 
 
-def _run_git(repo: Path, args: list[str], stdin: bytes | None = None) -> bytes:
-    env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
-    argv = ["git", "-C", str(repo), *_GIT_OPTIONS, *args]
-    try:
-        proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False)
-    except FileNotFoundError as exc:
-        raise GitDiffError(args, 127, f"git is not installed: {exc}") from None
-    if proc.returncode != 0:
-        raise GitDiffError(args, proc.returncode, proc.stderr.decode("utf-8", "replace"))
-    return proc.stdout
-
-
-def _decode(data: bytes) -> str:
-    # Source files are UTF-8 in practice; a stray byte must not lose the whole file.
-    return data.decode("utf-8", "replace")
-
-
 def merge_base(repo: Path, a: str, b: str) -> str:
     """The best common ancestor of ``a`` and ``b`` as a full sha.
 
     Raises:
-        GitDiffError: a revision is unknown, or the two share no history.
+        GitError: a revision is unknown, or the two share no history.
     """
-    out = _decode(_run_git(repo, ["merge-base", "--end-of-options", a, b])).strip()
+    out = decode(git_bytes(repo, "merge-base", "--end-of-options", a, b)).strip()
     if not out:
-        raise GitDiffError(["merge-base", a, b], 1, f"{a} and {b} have no common ancestor")
+        raise GitError(["merge-base", a, b], 1, f"{a} and {b} have no common ancestor")
     return out
 
 
@@ -117,15 +85,15 @@ def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
     Renames and copies are followed, so a moved file is one entry with ``old_path`` set; binary
     files have ``binary=True`` and zero line counts.
     """
-    status_out = _run_git(
-        repo, ["diff", *_DIFF_OPTIONS, "--name-status", "-z", "--end-of-options", base, head, "--"]
+    status_out = git_bytes(
+        repo, "diff", *_DIFF_OPTIONS, "--name-status", "-z", "--end-of-options", base, head, "--"
     )
-    numstat_out = _run_git(
-        repo, ["diff", *_DIFF_OPTIONS, "--numstat", "-z", "--end-of-options", base, head, "--"]
+    numstat_out = git_bytes(
+        repo, "diff", *_DIFF_OPTIONS, "--numstat", "-z", "--end-of-options", base, head, "--"
     )
-    counts = _parse_numstat(_decode(numstat_out))
+    counts = _parse_numstat(decode(numstat_out))
     files = []
-    for status, old_path, path in _parse_name_status(_decode(status_out)):
+    for status, old_path, path in _parse_name_status(decode(status_out)):
         added, deleted = counts.get(path, (None, None))
         files.append(
             ChangedFile(
@@ -184,21 +152,19 @@ def changed_lines(
     the cut are marked instead, so a deleted statement still marks the function it was in.
     Deleted files do not appear.
     """
-    out = _run_git(
+    out = git_bytes(
         repo,
-        [
-            "diff",
-            *_DIFF_OPTIONS,
-            "-U0",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-            "--end-of-options",
-            base,
-            head,
-            "--",
-        ],
+        "diff",
+        *_DIFF_OPTIONS,
+        "-U0",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--end-of-options",
+        base,
+        head,
+        "--",
     )
-    return parse_unified_diff(_decode(out), include_deletions=include_deletions)
+    return parse_unified_diff(decode(out), include_deletions=include_deletions)
 
 
 def parse_unified_diff(patch: str, *, include_deletions: bool = False) -> dict[str, set[int]]:
@@ -302,17 +268,17 @@ def tree_entries(repo: Path, rev: str, paths: list[str]) -> dict[str, TreeEntry]
     no such path, and nothing here looks at the file system.
 
     Raises:
-        GitDiffError: ``rev`` is not a valid revision.
+        GitError: ``rev`` is not a valid revision.
     """
     commit = _resolve_commit(repo, rev)
     wanted = set(paths)
     entries: dict[str, TreeEntry] = {}
     for i in range(0, len(paths), _LS_TREE_CHUNK):
         chunk = paths[i : i + _LS_TREE_CHUNK]
-        out = _run_git(
-            repo, ["--literal-pathspecs", "ls-tree", "-z", "--long", "--full-tree", commit, "--", *chunk]
+        out = git_bytes(
+            repo, "--literal-pathspecs", "ls-tree", "-z", "--long", "--full-tree", commit, "--", *chunk
         )
-        for record in _decode(out).split("\0"):
+        for record in decode(out).split("\0"):
             if not record:
                 continue
             meta, _, path = record.partition("\t")
@@ -329,7 +295,7 @@ def read_file(repo: Path, rev: str, path: str, *, max_bytes: int | None = MAX_SO
 
     Raises:
         UnsafeFileError: the path is a symbolic link, a submodule, a directory or too large.
-        GitDiffError: ``rev`` is not a valid revision.
+        GitError: ``rev`` is not a valid revision.
     """
     entry = tree_entries(repo, rev, [path]).get(path)
     if entry is None:
@@ -349,7 +315,7 @@ def read_files(
     would refuse (a symbolic link, a submodule, a directory, a file over ``max_bytes``).
 
     Raises:
-        GitDiffError: ``rev`` is not a valid revision.
+        GitError: ``rev`` is not a valid revision.
     """
     if not paths:
         _resolve_commit(repo, rev)
@@ -363,24 +329,24 @@ def read_files(
 def _read_blobs(repo: Path, oids: list[str]) -> list[str]:
     if not oids:
         return []
-    out = _run_git(repo, ["cat-file", "--batch"], stdin="".join(f"{oid}\n" for oid in oids).encode())
+    out = git_bytes(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in oids).encode())
     texts: list[str] = []
     pos = 0
     for _ in oids:
         end = out.index(b"\n", pos)
         size = int(out[pos:end].split(b" ")[2])
         pos = end + 1
-        texts.append(_decode(out[pos : pos + size]))
+        texts.append(decode(out[pos : pos + size]))
         pos += size + 1  # the object is followed by a newline
     return texts
 
 
 def _resolve_commit(repo: Path, rev: str) -> str:
-    return _decode(_run_git(repo, ["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"])).strip()
+    return decode(git_bytes(repo, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}")).strip()
 
 
 def list_files(repo: Path, rev: str) -> list[str]:
     """Every file tracked at ``rev`` (paths relative to the repository root)."""
     commit = _resolve_commit(repo, rev)
-    out = _decode(_run_git(repo, ["ls-tree", "-r", "-z", "--name-only", commit]))
+    out = decode(git_bytes(repo, "ls-tree", "-r", "-z", "--name-only", commit))
     return [p for p in out.split("\0") if p]

@@ -13,8 +13,17 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from bot.collect_env import normalize_package_name
-from bot.models import ENV_FACT_FIELDS, EnvFacts, ParityReport, ParityRow, ParityVerdict
+from packaging.utils import canonicalize_name
+
+from bot.core.models import (
+    ENV_FACT_FIELDS,
+    Advice,
+    AdviceKind,
+    EnvFacts,
+    ParityReport,
+    ParityRow,
+    ParityVerdict,
+)
 
 PKG_PREFIX = "pkg:"
 
@@ -156,9 +165,9 @@ def compare_values(field: str, a: str | list[str] | None, b: str | list[str] | N
 
 
 def _package(facts: EnvFacts, name: str) -> str | None:
-    wanted = normalize_package_name(name)
+    wanted = canonicalize_name(name)
     for key, version in facts.packages.items():
-        if normalize_package_name(key) == wanted:
+        if canonicalize_name(key) == wanted:
             return version
     if wanted == "torch":
         return facts.torch
@@ -253,19 +262,24 @@ def _backend_advice(contributor: EnvFacts, ci: EnvFacts) -> str | None:
     return None
 
 
-def _difference_advice(rows: list[ParityRow]) -> list[str]:
+def _difference_advice(rows: list[ParityRow]) -> list[Advice]:
     """A line for each decisive difference (a few at most), then one line naming the rest."""
     differing = [r for r in rows if r.contributor_verdict == ParityVerdict.DIFFERS]
     decisive = [r for field in _ADVISED for r in differing if r.field == field][:_MAX_DIFF_ADVICE]
     advice = [
-        f"Your {r.label} {r.contributor} differs from CI's "
-        f"{r.this_run if r.this_run is not None else r.reference}: "
-        "run the repro command in the container above to test with CI's stack."
+        Advice(
+            kind=AdviceKind.DIFFERENCE,
+            text=f"Your {r.label} {r.contributor} differs from CI's "
+            f"{r.this_run if r.this_run is not None else r.reference}: "
+            "run the repro command in the container above to test with CI's stack.",
+        )
         for r in decisive
     ]
     rest = [r.label for r in differing if r not in decisive]
     if rest:
-        advice.append("Also different from CI: " + ", ".join(rest) + ".")
+        advice.append(
+            Advice(kind=AdviceKind.OTHER_DIFFERENCES, text="Also different from CI: " + ", ".join(rest) + ".")
+        )
     return advice
 
 
@@ -295,21 +309,21 @@ def build_parity(
         rows.append(row)
     seen: set[str] = set()
     for name in packages:
-        key = normalize_package_name(name)
+        key = canonicalize_name(name)
         if key not in seen:
             seen.add(key)
             rows.append(_row(PKG_PREFIX + name, name, reference, this_run, contributor))
 
-    advice: list[str] = []
+    advice: list[Advice] = []
     if contributor is None:
-        advice.append(PASTE_ADVICE)
+        advice.append(Advice(kind=AdviceKind.PASTE, text=PASTE_ADVICE))
     else:
         ci = _ci_facts(reference, this_run)
         backend = _backend_advice(contributor, ci) if ci is not None else None
-        advice += [backend] if backend else []
+        advice += [Advice(kind=AdviceKind.BACKEND, text=backend)] if backend else []
         advice += _difference_advice(rows)
     drift = _drift_advice(rows)
-    advice += [drift] if drift else []
+    advice += [Advice(kind=AdviceKind.DRIFT, text=drift)] if drift else []
     return ParityReport(rows=rows, advice=advice, contributor_pasted=contributor is not None)
 
 
@@ -338,7 +352,7 @@ def reference_from_config(d: dict[str, str]) -> EnvFacts:
             name = key.removeprefix(PKG_PREFIX)
             if not _PACKAGE_NAME.fullmatch(name):
                 raise ValueError(f"parity.reference: {key!r} does not name a package")
-            packages[normalize_package_name(name)] = value
+            packages[canonicalize_name(name)] = value
         elif key in _CONFIG_FIELDS:
             fields[key] = _field_value(key, value)
         elif key in EnvFacts.model_fields:
@@ -349,7 +363,7 @@ def reference_from_config(d: dict[str, str]) -> EnvFacts:
                 f"(write 'pkg:{key}' to pin a package of that name)"
             )
         elif _PACKAGE_NAME.fullmatch(key):
-            packages[normalize_package_name(key)] = value
+            packages[canonicalize_name(key)] = value
         else:
             raise ValueError(f"parity.reference: unknown key {key!r}: neither a field nor a package name")
     return EnvFacts.model_validate({"source": "config", **fields, "packages": packages})

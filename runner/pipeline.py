@@ -8,7 +8,6 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,9 +15,10 @@ from pathlib import Path
 
 import structlog
 
-from bot.collect_env import parse_pr_body
-from bot.config import Environment, RepoConfig
-from bot.models import (
+from bot.core.collect_env import parse_pr_body
+from bot.core.config import Environment, RepoConfig
+from bot.core.kinds import COMMAND
+from bot.core.models import (
     CheckStatus,
     DocstringResult,
     EnvFacts,
@@ -34,22 +34,23 @@ from bot.models import (
     TestOutcome,
     TestsResult,
 )
-from handlers.rfc import collect_rfc_inputs, evaluate_rfc
-from runner.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
-from runner.coverage_map import (
+from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
+from runner.checks.docstrings import check_docstrings
+from runner.checks.precommit import run_precommit
+from runner.checks.repro import ReproContext
+from runner.checks.rfc import collect_rfc_inputs, evaluate_rfc
+from runner.checks.testexec import TestRunError, run_tests
+from runner.git import GitError, git
+from runner.parity import build_parity, reference_from_config
+from runner.probe.probe import parse_probe, probe_step
+from runner.selection.coverage_map import (
     CoverageMap,
     CoverageMapError,
     CoverageMapStore,
     coverage_map_from_step,
     coverage_step,
 )
-from runner.docstrings import check_docstrings
-from runner.parity import build_parity, reference_from_config
-from runner.precommit import run_precommit
-from runner.probe import parse_probe, probe_step
-from runner.repro import ReproContext
-from runner.selection import select_tests
-from runner.testexec import TestRunError, run_tests
+from runner.selection.select import select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -247,7 +248,7 @@ class Pipeline:
         req = self.request
         if req.scope == RunScope.ALL:
             return Selection(
-                whole_suite=True, whole_suite_reasons=["`/retest-gpu all` asked for the whole suite"]
+                whole_suite=True, whole_suite_reasons=[f"`{COMMAND} all` asked for the whole suite"]
             )
         if req.scope == RunScope.FAILED:
             return Selection(
@@ -265,13 +266,13 @@ class Pipeline:
         """
         assert ws.base_sha is not None
         store = CoverageMapStore(self._coverage_dir())
-        history = subprocess.run(
-            ["git", "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha],
-            cwd=ws.path,
-            capture_output=True,
-            text=True,
-        )
-        for sha in history.stdout.split() or [ws.base_sha]:
+        try:
+            history = git(
+                ws.path, "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha
+            )
+        except GitError:
+            history = ""
+        for sha in history.split() or [ws.base_sha]:
             cmap = store.load(sha)
             if cmap is not None:
                 return cmap
@@ -301,7 +302,6 @@ class Pipeline:
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
-            runner_kind=info.kind,
             setup=list(self.environment.setup),
             docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )

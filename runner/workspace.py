@@ -8,15 +8,15 @@ environment, never onto a command line or into a remote URL, where ``ps`` or a l
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+
+from runner.git import GitError, git_async
 
 log = structlog.get_logger(__name__)
 
@@ -47,32 +47,11 @@ def git_auth_env(token: str | None) -> dict[str, str]:
     return env
 
 
-async def git(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
-) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+async def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise WorkspaceError(f"git {args[0]} timed out after {timeout:.0f} s") from None
-    except asyncio.CancelledError:
-        proc.kill()
-        await proc.wait()
-        raise
-    if proc.returncode != 0:
-        message = err.decode(errors="replace").strip().splitlines()
-        raise WorkspaceError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
-    return out.decode(errors="replace").strip()
+        return await git_async(cwd, *args, env=env)
+    except GitError as exc:
+        raise WorkspaceError(f"git {args[0]} failed: {exc.last_line}") from None
 
 
 async def prepare_workspace(
@@ -95,27 +74,27 @@ async def prepare_workspace(
     cache = cache_root / "repos" / f"{_SAFE.sub('_', repo)}.git"
     if not (cache / "HEAD").exists():
         cache.mkdir(parents=True, exist_ok=True)
-        await git("init", "--bare", "--quiet", str(cache))
+        await _git("init", "--bare", "--quiet", str(cache))
     refspecs = [head_sha]
     if base_ref:
         refspecs.append(f"+refs/heads/{base_ref}:refs/heads/{base_ref}")
     elif base_sha:
         refspecs.append(base_sha)
-    await git("fetch", "--quiet", "--no-tags", clone_url, *refspecs, cwd=cache, env=env)
+    await _git("fetch", "--quiet", "--no-tags", clone_url, *refspecs, cwd=cache, env=env)
     # Keep the head reachable from a ref so `git clone` copies it.
-    await git("update-ref", f"refs/paritybot/{run_id}", head_sha, cwd=cache)
+    await _git("update-ref", f"refs/paritybot/{run_id}", head_sha, cwd=cache)
     path = workspace_root / run_id
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    await git("clone", "--quiet", "--local", "--no-checkout", str(cache), str(path))
-    await git("checkout", "--quiet", "--detach", head_sha, cwd=path)
-    await git("update-ref", "-d", f"refs/paritybot/{run_id}", cwd=cache)
+    await _git("clone", "--quiet", "--local", "--no-checkout", str(cache), str(path))
+    await _git("checkout", "--quiet", "--detach", head_sha, cwd=path)
+    await _git("update-ref", "-d", f"refs/paritybot/{run_id}", cwd=cache)
     base = f"origin/{base_ref}" if base_ref else base_sha
     merge_base = None
     if base:
         try:
-            merge_base = await git("merge-base", head_sha, base, cwd=path)
+            merge_base = await _git("merge-base", head_sha, base, cwd=path)
         except WorkspaceError:
             log.warning("no merge base with the base", base=base)
     return Workspace(path=path, head_sha=head_sha, base_sha=merge_base)

@@ -191,18 +191,21 @@ answer="$(post_ping "sha256=$(printf '0%.0s' {1..64})")"
 [[ "$answer" == "401 "* ]] || fail "badly signed ping answered: $answer"
 record PASS "badly signed ping: ${answer%% *}"
 
-# A delivery that is kept: it goes through the delivery log's writer process and is on disk
-# before the 202 (a second start would dispatch it; here no App is reachable, which is fine).
+# A delivery that is kept: it is committed in the store before the 202 (a second start would
+# dispatch it; here no App is reachable, which is fine).
 EVENT='{"action":"created","installation":{"id":1},"sender":{"login":"octocat"}}'
 event_sig="sha256=$(printf '%s' "$EVENT" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}')"
+delivery="check-$(openssl rand -hex 8)"
 status="$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X POST "$base/webhook" \
     -H 'Content-Type: application/json' -H 'X-GitHub-Event: installation' \
-    -H "X-GitHub-Delivery: check-$(openssl rand -hex 8)" -H "X-Hub-Signature-256: $event_sig" \
+    -H "X-GitHub-Delivery: $delivery" -H "X-Hub-Signature-256: $event_sig" \
     --data-binary "$EVENT")"
 [ "$status" = 202 ] || fail "signed delivery answered $status" "$(docker logs "$NAME" 2>&1)"
-logged="$(docker exec "$NAME" sh -c 'cat /var/lib/paritybot/paritybot.db.deliveries/segment-*.log | wc -c')"
-[ "$logged" -gt "${#EVENT}" ] || fail "the delivery log holds $logged bytes after a 202"
-record PASS "signed delivery: 202, $logged bytes in the delivery log"
+stored="$(docker exec "$NAME" python3 -c 'import sqlite3, sys
+db = sqlite3.connect("/var/lib/paritybot/paritybot.db")
+print(db.execute("SELECT count(*) FROM deliveries WHERE delivery_id = ?", (sys.argv[1],)).fetchone()[0])' "$delivery")"
+[ "$stored" = 1 ] || fail "the store holds $stored rows of the delivery after its 202"
+record PASS "signed delivery: 202, committed in the store"
 
 uids="$(docker exec "$NAME" sh -c 'cat /proc/[0-9]*/status 2>/dev/null' | awk '/^Uid:/ {print $2}' | sort -u | tr '\n' ' ')"
 if [ -z "$uids" ] || [[ " $uids" == *" 0 "* ]]; then

@@ -23,10 +23,10 @@ from pathlib import Path
 # Run as a script from a checkout: the project root must be importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.models import EnvFacts
-from runner.base import Step, StepResult
-from runner.host import HostRunner
-from runner.probe import parse_probe, probe_step
+from bot.core.models import EnvFacts
+from runner.backends.base import Step, StepResult
+from runner.backends.host import HostRunner
+from runner.probe.probe import parse_probe, probe_step
 
 MATMUL = """
 import torch

@@ -37,10 +37,12 @@ trap stop_engine EXIT
 eval "$(scripts/docker-engine.sh env)"
 scripts/build-test-image.sh
 
-# Lint, format and types are part of the suite: a change that breaks them does not pass.
+# Lint, format, types and the layers' contract (pyproject's tool.importlinter) are part of the
+# suite: a change that breaks them does not pass.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 
 # pytest exits 5 when it collected no test: that fails here like any other non-zero exit.
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -24,11 +24,11 @@ from aiohttp.test_utils import TestServer
 from fakegithub import FakeGitHub
 from sample_repo import SampleRepo, make_sample_repo, tool_env
 
-from bot.app import Service, build_service, start_service
-from bot.models import RunState
-from bot.settings import Settings
-from runner.base import Runner, RunnerFactory, RunnerInfo, RunnerRequest, Step, StepResult
-from runner.host import HostRunner
+from bot.core.models import RunState
+from bot.service.app import Service, build_service, start_service
+from bot.service.settings import Settings
+from runner.backends.base import Runner, RunnerFactory, RunnerInfo, RunnerRequest, Step, StepResult
+from runner.backends.host import HostRunner
 
 SECRET = "webhook-secret-for-tests"
 REPO = "octo-org/calc"

@@ -23,9 +23,9 @@ import docker
 import docker.errors
 import pytest
 
-from bot.config import Environment, ResourceLimits
-from runner.base import Step
-from runner.docker import DockerRunner
+from bot.core.config import Environment, ResourceLimits
+from runner.backends.base import Step
+from runner.backends.docker import DockerRunner
 
 TEST_IMAGE = os.environ.get("PARITYBOT_TEST_IMAGE", "paritybot-test/python:bookworm")
 # Small enough that every limit is reached in a second or two.

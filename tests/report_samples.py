@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.models import (
+from bot.core.models import (
     CheckStatus,
     DocstringResult,
     EnvFacts,

@@ -1,4 +1,4 @@
-"""The sample repository the checks are tested on: the built-in demo project (:mod:`bot.demo`)."""
+"""The sample repository the checks are tested on: the built-in demo project (:mod:`bot.cli.demo`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from bot.demo import BROKEN_TEST, FLAKY_TEST, SUITE_SIZE, TREE, commit_all, git
-from bot.demo import DemoRepo as SampleRepo
-from bot.demo import make_demo_repo as make_sample_repo
+from bot.cli.demo import BROKEN_TEST, FLAKY_TEST, SUITE_SIZE, TREE, commit_all, git
+from bot.cli.demo import DemoRepo as SampleRepo
+from bot.cli.demo import make_demo_repo as make_sample_repo
 
 __all__ = [
     "BROKEN_TEST",

@@ -10,9 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from bot.config import TestSettings
-from runner.coverage_map import CoverageMap, coverage_map_from_step, coverage_step
-from runner.host import HostRunner
+from bot.core.config import TestSettings
+from runner.backends.host import HostRunner
+from runner.selection.coverage_map import CoverageMap, coverage_map_from_step, coverage_step
 
 SAMPLE: dict[str, str | bytes | None] = {
     "pyproject.toml": (

@@ -1,4 +1,4 @@
-"""runner.api_surface: what counts as public API, and which changes to it break callers."""
+"""runner.checks.api_surface: what counts as public API, and which changes to it break callers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from runner.api_surface import (
+from runner.checks.api_surface import (
     ApiChangeKind,
     ObjectKind,
     ParamKind,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.base import Step
-from runner.collect import (
+from runner.backends.base import Step
+from runner.backends.collect import (
     LINK,
     NOT_A_FILE,
     OUTSIDE,
@@ -21,7 +21,7 @@ from runner.collect import (
     read_host_file,
     too_large,
 )
-from runner.host import HostRunner
+from runner.backends.host import HostRunner
 
 MB = 1_000_000
 

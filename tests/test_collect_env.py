@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from bot.collect_env import env_parse_main, extract_collect_env, parse_collect_env, parse_pr_body
+from bot.cli.env import env_parse_main
+from bot.core.collect_env import extract_collect_env, parse_collect_env, parse_pr_body
 
 FIXTURES = Path(__file__).parent / "fixtures" / "collect_env"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.models import RunScope
-from handlers.commands import (
+from bot.core.models import RunScope
+from handlers.decisions.commands import (
     CommandParse,
     RetestCommand,
     is_new_command,

@@ -1,4 +1,4 @@
-"""runner.coverage_map: a real suite run under the coverage step, parsed, stored and loaded."""
+"""runner.selection.coverage_map: a real suite run under the coverage step, parsed, stored and loaded."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import coverage
 import pytest
 from selection_sample import SAMPLE, build_coverage_map, host_runner
 
-from bot.config import TestSettings
-from runner.base import StepResult
-from runner.coverage_map import (
+from bot.core.config import TestSettings
+from runner.backends.base import StepResult
+from runner.selection.coverage_map import (
     OUTPUT_PATH,
     CoverageMap,
     CoverageMapError,

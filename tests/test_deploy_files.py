@@ -23,9 +23,9 @@ import pytest
 import yaml
 from fakegithub.spec import rest_spec
 
-from bot.settings import Settings
-from bot.sqlite_store import SQLiteStore
-from bot.web import create_web_app
+from bot.service.settings import Settings
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.web import create_web_app
 from handlers.routing import router
 
 ROOT = Path(__file__).resolve().parent.parent

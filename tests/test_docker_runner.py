@@ -26,9 +26,10 @@ from docker_support import (
     workspace,
 )
 
-from bot.config import Environment, ResourceLimits
-from runner.base import RunnerError, Step, ToolStore
-from runner.docker import (
+from bot.core.config import Environment, ResourceLimits
+from bot.core.secrets import redact
+from runner.backends.base import RunnerError, Step, ToolStore
+from runner.backends.docker import (
     DockerRunner,
     EffectiveLimits,
     OutputBuffer,
@@ -38,7 +39,6 @@ from runner.docker import (
     human_size,
     parse_user,
     pick_repo_digest,
-    redact,
     remove_orphans,
     store_volume_name,
     workspace_limit,
@@ -193,7 +193,7 @@ def test_sizes_are_shown_in_docker_syntax():
 
 
 def test_the_config_schema_documents_the_rule():
-    from bot.config import RepoConfig
+    from bot.core.config import RepoConfig
 
     limits = RepoConfig.model_json_schema()["$defs"]["ResourceLimits"]["properties"]
     assert "3/4 of the engine's memory, at most 16g" in limits["memory"]["description"]
@@ -372,9 +372,9 @@ def test_orphans_of_a_killed_runner_are_removed_at_start_up(docker_client, test_
         f"""
         import asyncio
         from pathlib import Path
-        from bot.config import Environment
-        from runner.base import Step
-        from runner.docker import DockerRunner
+        from bot.core.config import Environment
+        from runner.backends.base import Step
+        from runner.backends.docker import DockerRunner
 
         async def main():
             env = Environment(name="ci", image={test_image!r}, gpus="none")

@@ -9,9 +9,15 @@ from pathlib import Path
 import pytest
 from gitrepo import GitRepo
 
-from bot.config import DocstringSettings
-from bot.models import CheckStatus, Level
-from runner.docstrings import check_docstrings, check_module, choose_style, docstring_style, vote_styles
+from bot.core.config import DocstringSettings
+from bot.core.models import CheckStatus, Level
+from runner.checks.docstrings import (
+    check_docstrings,
+    check_module,
+    choose_style,
+    docstring_style,
+    vote_styles,
+)
 
 
 def src(text: str) -> str:

@@ -11,7 +11,7 @@ import payloads
 from botharness import REPO, BotHarness, Gate, bot
 from fakegithub import FakeGitHub
 
-from bot.models import RunScope, RunState
+from bot.core.models import RunScope, RunState
 
 
 async def comment(
@@ -37,7 +37,8 @@ async def comment(
 
 async def handled(bot: BotHarness, count: int) -> None:
     await bot.wait_for(
-        f"{count} deliveries handled", lambda: bot.store.delivery_status_count("dispatched") >= count
+        f"{count} deliveries handled",
+        lambda: bot.store.delivery_status_count("dispatched") >= count,
     )
 
 
@@ -46,7 +47,7 @@ def reactions(bot: BotHarness, comment_id: int) -> list[str]:
 
 
 def replies(bot: BotHarness) -> list[str]:
-    from bot.report import STICKY_MARKER
+    from bot.render.comment import STICKY_MARKER
 
     return [c.body for c in bot.bot_comments() if STICKY_MARKER not in c.body]
 
@@ -166,7 +167,8 @@ async def test_push_during_a_run_cancels_it(fake_github: FakeGitHub, tmp_path: P
         new_sha = bot.commit_on_feature("README.md", "pushed\n", "docs")
         assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=new_sha)) == 202
         await bot.wait_for(
-            "the old run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
+            "the old run to be flagged",
+            lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested,
         )
         gate.open()
         await bot.wait_runs_done(count=2)
@@ -188,7 +190,8 @@ async def test_closing_the_pr_cancels_queued_runs(fake_github: FakeGitHub, tmp_p
         await gate.wait_started()
         assert await bot.send("pull_request", bot.pr_event("closed")) == 202
         await bot.wait_for(
-            "the run to be flagged", lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested
+            "the run to be flagged",
+            lambda: bot.store.jobs_for_pr(REPO, 7)[0].cancel_requested,
         )
         gate.open()
         await bot.wait_runs_done()
@@ -242,7 +245,10 @@ async def test_a_label_adds_an_environment_and_the_summary_has_one_section_each(
     bot.fake.set_file(REPO, ".github/paritybot.yml", TWO_ENVIRONMENTS, ref="main")
     assert await bot.send("pull_request", bot.pr_event("opened", labels=["ciflow/extra"])) == 202
     await bot.wait_runs_done(count=2)
-    assert sorted(j.environment for j in bot.store.jobs_for_pr(REPO, 7)) == ["cpu-extra", "default"]
+    assert sorted(j.environment for j in bot.store.jobs_for_pr(REPO, 7)) == [
+        "cpu-extra",
+        "default",
+    ]
     assert len(bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)) == 8
     [summary] = bot.bot_comments()
     assert "## Environment `default`" in summary.body and "## Environment `cpu-extra`" in summary.body

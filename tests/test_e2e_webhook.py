@@ -12,8 +12,8 @@ from botharness import REPO, SECRET, BotHarness, Gate, bot, host_runner_factory
 from fakegithub import FakeGitHub
 from sample_repo import BROKEN_TEST
 
-from bot.models import RunState
-from bot.report import STICKY_MARKER
+from bot.core.models import RunState
+from bot.render.comment import STICKY_MARKER
 
 __all__ = ["bot"]  # the fixture, imported for pytest
 
@@ -102,7 +102,8 @@ async def test_malformed_requests_get_400_and_ping_200(bot: BotHarness) -> None:
 async def test_draft_pr_is_skipped(bot: BotHarness) -> None:
     assert await bot.send("pull_request", bot.pr_event("opened", draft=True)) == 202
     await bot.wait_for(
-        "the delivery to be handled", lambda: bot.store.delivery_status_count("dispatched") == 1
+        "the delivery to be handled",
+        lambda: bot.store.delivery_status_count("dispatched") == 1,
     )
     assert bot.store.jobs_for_pr(REPO, 7) == []
     assert bot.fake.check_runs(REPO) == []

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from gitrepo import GitRepo
 
+from runner.git import GitError
 from runner.gitdiff import (
     FileStatus,
-    GitDiffError,
     UnsafeFileError,
     changed_files,
     changed_lines,
@@ -156,15 +156,15 @@ def test_merge_base_of_diverged_branches(repo: GitRepo) -> None:
 def test_bad_revisions_raise_with_gits_own_message(repo: GitRepo) -> None:
     repo.commit({"a.py": "1\n"})
 
-    with pytest.raises(GitDiffError, match="no-such-rev") as info:
+    with pytest.raises(GitError, match="no-such-rev") as info:
         changed_files(repo.path, "no-such-rev", "HEAD")
     assert info.value.stderr
-    with pytest.raises(GitDiffError):
+    with pytest.raises(GitError):
         read_file(repo.path, "no-such-rev", "a.py")
-    with pytest.raises(GitDiffError):
+    with pytest.raises(GitError):
         merge_base(repo.path, "HEAD", "deadbeef" * 5)
 
 
 def test_not_a_repository_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(GitDiffError, match=r"(?i)not a git repository"):
+    with pytest.raises(GitError, match=r"(?i)not a git repository"):
         changed_lines(tmp_path, "HEAD~1", "HEAD")

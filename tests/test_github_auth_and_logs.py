@@ -12,8 +12,8 @@ import pytest
 import structlog
 from fakegithub import FakeGitHub
 
-from bot.github import GitHubApp
-from bot.logs import configure_logging, register_secret
+from bot.service.github import GitHubApp
+from bot.service.logs import configure_logging, register_secret
 
 TOKEN_PATH = "/app/installations/{installation_id}/access_tokens"
 

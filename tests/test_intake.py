@@ -29,9 +29,9 @@ from botharness import REPO, SECRET, BotHarness, bot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.intake import MAX_BODY_BYTES
-from bot.sqlite_store import SQLiteStore
-from bot.web import create_web_app
+from bot.service.intake import MAX_BODY_BYTES
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.web import create_web_app
 
 __all__ = ["bot"]  # the fixture, imported for pytest
 
@@ -301,8 +301,8 @@ SERVE_INTAKE_ONLY = """
 import socket, sys
 from pathlib import Path
 from aiohttp import web
-from bot.sqlite_store import SQLiteStore
-from bot.web import create_web_app
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.web import create_web_app
 
 sock = socket.socket()
 sock.bind(("127.0.0.1", 0))

@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 from sample_repo import BROKEN_TEST, SUITE_SIZE, make_sample_repo, tool_env
 
-from bot.models import TestOutcome
-from runner.junit import NODEID_PLUGIN, NODEID_PLUGIN_MODULE, JUnitError, parse_junit, summarize_failure
+from bot.core.models import TestOutcome
+from runner.checks.junit import (
+    NODEID_PLUGIN,
+    NODEID_PLUGIN_MODULE,
+    JUnitError,
+    parse_junit,
+    summarize_failure,
+)
 
 
 def _pytest_junit(repo: Path, *extra: str, plugin: bool) -> str:

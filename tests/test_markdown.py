@@ -1,6 +1,6 @@
 """Text from a run, put into Markdown: it renders as exactly that text, and GitHub links nothing in it.
 
-Each function of :mod:`bot.markdown` is checked by rendering its output with GitHub's own Markdown
+Each function of :mod:`bot.render.markdown` is checked by rendering its output with GitHub's own Markdown
 library (``markdown_check``) and reading back what a reader would see, for hand-picked attacks
 and for thousands of random strings made of Markdown's special characters.
 """
@@ -13,7 +13,7 @@ import random
 import pytest
 from markdown_check import inspect, live_mentions
 
-from bot import markdown as md
+from bot.render import markdown as md
 
 ATTACKS = [
     "@octocat and @octo-org/maintainers, cc @a.",

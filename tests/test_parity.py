@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.collect_env import parse_collect_env
-from bot.models import EnvFacts, ParityReport, ParityRow, ParityVerdict
+from bot.core.collect_env import parse_collect_env
+from bot.core.models import AdviceKind, EnvFacts, ParityReport, ParityRow, ParityVerdict
 from runner.parity import build_parity, compare_values, cudnn_dotted, reference_from_config, versions_match
 
 FIXTURES = Path(__file__).parent / "fixtures" / "collect_env"
@@ -138,9 +138,9 @@ def test_missing_paste_is_advised_and_contributor_column_is_unknown() -> None:
     report = build_parity(reference_from_config(CI_REFERENCE), _probe(), None, ["numpy"])
     assert report.contributor_pasted is False
     assert all(row.contributor is None and row.contributor_verdict == UNKNOWN for row in report.rows)
-    assert len(report.advice) == 1
-    assert "python -m torch.utils.collect_env" in report.advice[0]
-    assert "PR description" in report.advice[0]
+    assert [a.kind for a in report.advice] == [AdviceKind.PASTE]
+    assert "python -m torch.utils.collect_env" in report.advice[0].text
+    assert "PR description" in report.advice[0].text
 
 
 def test_contributor_on_another_cuda_stack() -> None:
@@ -153,15 +153,16 @@ def test_contributor_on_another_cuda_stack() -> None:
     assert rows["cuDNN"].contributor_verdict == UNKNOWN  # the paste says Could not collect
     assert rows["NCCL"].contributor == "2.29.7"
     assert rows["numpy"].contributor_verdict == DIFFERS  # 2.4.4 vs 1.26.4
+    texts = [a.text for a in report.advice]
     assert (
         "Your CUDA build 13.0 differs from CI's 12.1: run the repro command in the container above "
-        "to test with CI's stack." in report.advice
+        "to test with CI's stack." in texts
     )
-    assert report.advice[0].startswith("Your PyTorch 2.13.0.dev20260518+cu130 differs from CI's 2.3.0+cu121")
+    assert texts[0].startswith("Your PyTorch 2.13.0.dev20260518+cu130 differs from CI's 2.3.0+cu121")
     # three decisive lines, then one naming the rest; no drift line (the run matches the pin)
-    assert len(report.advice) == 4
-    assert report.advice[-1].startswith("Also different from CI: ")
-    assert "numpy" in report.advice[-1] and "GCC" in report.advice[-1]
+    assert [a.kind for a in report.advice] == [AdviceKind.DIFFERENCE] * 3 + [AdviceKind.OTHER_DIFFERENCES]
+    assert texts[-1].startswith("Also different from CI: ")
+    assert "numpy" in texts[-1] and "GCC" in texts[-1]
 
 
 def test_contributor_matching_ci_gets_no_advice() -> None:
@@ -191,14 +192,15 @@ def test_no_reference_and_no_run_leave_everything_unknown() -> None:
 
 def test_cpu_only_contributor_is_told_gpu_paths_were_not_run() -> None:
     report = build_parity(None, _probe(), _contributor("20.txt"), [])  # 1.7.0 nightly +cpu
-    assert report.advice[0].startswith(
+    assert report.advice[0].kind == AdviceKind.BACKEND
+    assert report.advice[0].text.startswith(
         "Your PyTorch has no CUDA support and CI runs CUDA 12.1 on 2× NVIDIA A100"
     )
 
 
 def test_mac_contributor_counts_as_no_cuda() -> None:
     report = build_parity(None, _probe(), _contributor("14.txt"), [])
-    assert "no CUDA support" in report.advice[0]
+    assert "no CUDA support" in report.advice[0].text
 
 
 def test_rocm_contributor_against_cuda_ci() -> None:
@@ -206,18 +208,20 @@ def test_rocm_contributor_against_cuda_ci() -> None:
     rows = _rows(report)
     assert rows["ROCm build"].contributor == "6.1.40093-bd86f1708"
     assert rows["ROCm build"].this_run is None
-    assert report.advice[0].startswith("You ran a ROCm build (HIP 6.1.40093-bd86f1708) and CI runs CUDA 12.1")
+    assert report.advice[0].text.startswith(
+        "You ran a ROCm build (HIP 6.1.40093-bd86f1708) and CI runs CUDA 12.1"
+    )
 
 
 def test_cuda_build_without_a_visible_gpu() -> None:
     report = build_parity(None, _probe(), _contributor("26.txt"), [])
-    assert "built with CUDA 13.0 but saw no GPU" in report.advice[0]
+    assert "built with CUDA 13.0 but saw no GPU" in report.advice[0].text
 
 
 def test_rocm_ci_and_cuda_contributor() -> None:
     rocm_ci = EnvFacts(source="probe", torch="2.3.0+rocm6.0", torch_hip="6.0.32830", python="3.10.12")
     report = build_parity(None, rocm_ci, _contributor("23.txt"), [])
-    assert report.advice[0].startswith("CI runs a ROCm build (HIP 6.0.32830) and you ran a CUDA one")
+    assert report.advice[0].text.startswith("CI runs a ROCm build (HIP 6.0.32830) and you ran a CUDA one")
 
 
 def test_optional_compiler_rows_only_when_reported() -> None:
@@ -233,7 +237,8 @@ def test_image_drift_from_the_pinned_reference_is_advised() -> None:
     report = build_parity(reference_from_config(CI_REFERENCE), run, None, [])
     rows = _rows(report)
     assert rows["CUDA runtime"].verdict == DIFFERS
-    drift = report.advice[-1]
+    assert report.advice[-1].kind == AdviceKind.DRIFT
+    drift = report.advice[-1].text
     assert drift.startswith(
         "This run differs from the pinned CI reference: PyTorch 2.4.0+cu124 (pinned 2.3.0+cu121)"
     )
@@ -286,3 +291,13 @@ def test_reference_from_config_rejects_bad_keys(mapping: dict[str, str], named: 
     with pytest.raises(ValueError, match=r"parity\.reference") as info:
         reference_from_config(mapping)
     assert named in str(info.value)
+
+
+def test_a_report_stored_before_advice_had_kinds_still_reads() -> None:
+    stored = (
+        '{"rows": [], "advice": ["Your Python 3.12 differs from CI\'s 3.10."], "contributor_pasted": true}'
+    )
+    report = ParityReport.model_validate_json(stored)
+    assert [(a.kind, a.text) for a in report.advice] == [
+        (AdviceKind.NOTE, "Your Python 3.12 differs from CI's 3.10.")
+    ]

@@ -18,9 +18,9 @@ import pytest
 from asv_runner.discovery import disc_benchmarks
 from docker_support import docker_client, make_runner, test_image  # noqa: F401  (fixtures)
 
-from runner.base import StepResult
-from runner.host import HostRunner
-from runner.perf.models import DriverReport, PerfThresholds, Verdict
+from bot.core.perf import DriverReport, PerfThresholds, Verdict
+from runner.backends.base import StepResult
+from runner.backends.host import HostRunner
 from runner.perf.stats import compare_all
 from runner.perf.step import RESULTS_PATH, PerfPlan, PerfRunError, parse_results, perf_step
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.perf.models import BenchmarkError, BenchmarkSamples, PerfThresholds, Round, Side, Verdict
+from bot.core.perf import BenchmarkError, BenchmarkSamples, PerfThresholds, Round, Side, Verdict
 from runner.perf.stats import compare, cut_count, ratio_interval
 
 LIMITS = PerfThresholds(threshold=0.05)

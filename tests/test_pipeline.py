@@ -6,12 +6,12 @@ from pathlib import Path
 
 from gitrepo import GitRepo
 
-from bot.config import Environment, RepoConfig
-from bot.models import RunRequest
-from runner.base import RunnerRequest
-from runner.coverage_map import CoverageMap, CoverageMapStore
-from runner.host import HostRunner
+from bot.core.config import Environment, RepoConfig
+from bot.core.models import RunRequest
+from runner.backends.base import RunnerRequest
+from runner.backends.host import HostRunner
 from runner.pipeline import Pipeline, PipelineDeps
+from runner.selection.coverage_map import CoverageMap, CoverageMapStore
 from runner.workspace import Workspace
 
 
@@ -51,8 +51,8 @@ def test_no_map_in_the_history_means_none(tmp_path: Path) -> None:
 
 
 async def test_a_run_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
-    from bot.demo import make_demo_repo
-    from bot.models import RunState
+    from bot.cli.demo import make_demo_repo
+    from bot.core.models import RunState
 
     demo = make_demo_repo(tmp_path)
     slow_setup = Environment(name="default", timeout_minutes=0.02, setup=["sleep 30"])  # 1.2 s

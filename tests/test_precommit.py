@@ -14,12 +14,12 @@ import pytest
 from docker_support import docker_client, test_image
 from sample_repo import SampleRepo, commit_all, git, make_sample_repo, tool_env
 
-from bot.config import Environment
-from bot.models import CheckStatus, HookStatus, PrecommitResult
-from runner.base import Step, StepResult
-from runner.docker import DockerRunner
-from runner.host import HostRunner
-from runner.precommit import (
+from bot.core.config import Environment
+from bot.core.models import CheckStatus, HookStatus, PrecommitResult
+from runner.backends.base import Step, StepResult
+from runner.backends.docker import DockerRunner
+from runner.backends.host import HostRunner
+from runner.checks.precommit import (
     CONFIG_FILE,
     Change,
     PlanError,

@@ -16,12 +16,12 @@ import docker
 import pytest
 from docker_support import docker_client, test_image
 
-from bot.config import Environment
-from runner.base import Step, StepResult
-from runner.docker import DockerRunner
-from runner.host import HostRunner
-from runner.probe import PROBE_PATH, parse_probe, probe_source, probe_step
-from runner.probe_script import cudnn_version, nccl_version
+from bot.core.config import Environment
+from runner.backends.base import Step, StepResult
+from runner.backends.docker import DockerRunner
+from runner.backends.host import HostRunner
+from runner.probe.probe import PROBE_PATH, parse_probe, probe_source, probe_step
+from runner.probe.script import cudnn_version, nccl_version
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 PYTHON3 = shutil.which("python3")
@@ -219,7 +219,7 @@ async def test_probe_in_the_container_matches_what_the_image_holds(
 def test_the_probe_script_runs_without_site_packages(tmp_path):
     # -S -I: no site-packages, no user site, no PYTHONPATH: only the standard library is importable,
     # as in an image whose Python has nothing installed.
-    script = Path(sys.modules["runner.probe_script"].__file__ or "")
+    script = Path(sys.modules["runner.probe.script"].__file__ or "")
     proc = subprocess.run(
         [sys.executable, "-S", "-I", str(script), "requests"], capture_output=True, text=True, cwd=tmp_path
     )

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from sample_repo import BROKEN_TEST, git, make_sample_repo, tool_env
 
-from runner.repro import ReproContext, repro_commands
+from runner.checks.repro import ReproContext, repro_commands
 
 SHA = "1d574a6d9ec97083d9bf81cecb48627fb856d91d"
 
@@ -24,7 +24,6 @@ def test_docker_form_names_the_image_by_digest_with_gpus_env_and_options() -> No
         gpus="all",
         env={"TORCH_LOGS": "+dynamo", "OMP_NUM_THREADS": "4"},
         pytest_args=["-x", "--tb=short"],
-        runner_kind="docker",
     )
 
     assert repro_commands(ctx, "tests/test_x.py::TestY::test_z[a b]") == [
@@ -49,7 +48,6 @@ def test_docker_form_quotes_device_lists_and_runs_setup_inside_the_container() -
         setup=["pip install -e ."],
         docker_options=["--shm-size", "8g"],
         workdir="/src",
-        runner_kind="docker",
     )
 
     assert repro_commands(ctx, "tests/test_a.py::test_b") == [

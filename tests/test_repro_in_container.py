@@ -15,8 +15,8 @@ import docker
 import pytest
 from docker_support import docker_client, test_image
 
-from bot.demo import BROKEN_TEST
-from bot.models import RunReport, TestOutcome
+from bot.cli.demo import BROKEN_TEST
+from bot.core.models import RunReport, TestOutcome
 
 __all__ = ["docker_client", "test_image"]
 
@@ -29,7 +29,7 @@ def test_posted_docker_repro_command_reproduces_the_failure(
         [
             sys.executable,
             "-m",
-            "bot.cli",
+            "bot.cli.main",
             "check",
             "--demo",
             "--image",

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from gitrepo import GitRepo
 
-from bot.config import DEFAULT_CHECKLIST, RfcSettings
-from handlers.rfc import collect_rfc_inputs, evaluate_rfc, is_dependency_file, new_dependencies_between
-from runner.api_surface import ApiChange, ApiChangeKind, ObjectKind
+from bot.core.config import DEFAULT_CHECKLIST, RfcSettings
+from runner.checks.api_surface import ApiChange, ApiChangeKind, ObjectKind
+from runner.checks.rfc import collect_rfc_inputs, evaluate_rfc, is_dependency_file, new_dependencies_between
 from runner.gitdiff import ChangedFile, FileStatus
 
 

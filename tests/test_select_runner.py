@@ -10,12 +10,10 @@ import docker
 import pytest
 from docker_support import docker_client, test_image
 
-from bot.config import Environment
-from bot.models import RunKind, RunRequest
-from runner.base import RunnerRequest, RunRefused
-from runner.docker import DockerRunner
-from runner.host import HostRunner
-from runner.select_runner import (
+from bot.core.config import Environment
+from bot.core.models import RunKind, RunRequest
+from runner.backends.base import RunnerRequest, RunRefused
+from runner.backends.choice import (
     CHECK_IMAGE_HINT,
     DEFAULT_ENGINE,
     EngineCheck,
@@ -26,6 +24,8 @@ from runner.select_runner import (
     engine_location,
     needs_engine,
 )
+from runner.backends.docker import DockerRunner
+from runner.backends.host import HostRunner
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 CI_IMAGE = "ghcr.io/example/ci:cuda12"

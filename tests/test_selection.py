@@ -1,4 +1,4 @@
-"""runner.selection on a real git repository whose suite really ran under the coverage step."""
+"""runner.selection.select on a real git repository whose suite really ran under the coverage step."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ import structlog
 from gitrepo import GitRepo
 from selection_sample import ALL_TESTS, SAMPLE, build_coverage_map
 
-from bot.config import TestSettings
-from bot.logs import configure_logging
-from bot.models import Selection
-from runner.coverage_map import CoverageMap, CoverageMapStore
-from runner.gitdiff import GitDiffError
-from runner.selection import (
+from bot.cli.select_tests import select_tests_main
+from bot.core.config import TestSettings
+from bot.core.models import Selection
+from bot.service.logs import configure_logging
+from runner.git import GitError
+from runner.selection.coverage_map import CoverageMap, CoverageMapStore
+from runner.selection.select import (
     Signal,
     parse_collect_only,
     select_tests,
-    select_tests_main,
     split_nodeid,
 )
 
@@ -258,7 +258,7 @@ def test_a_deleted_test_is_not_selected_from_an_older_map(sample: Sample) -> Non
 
 
 def test_unknown_revision_is_a_git_error(sample: Sample) -> None:
-    with pytest.raises(GitDiffError, match="no-such-branch"):
+    with pytest.raises(GitError, match="no-such-branch"):
         sample.select("no-such-branch")
 
 

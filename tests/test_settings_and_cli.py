@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import Settings, SettingsError, load_settings
+from bot.service.settings import Settings, SettingsError, load_settings
 
-CLI = [sys.executable, "-m", "bot.cli"]
+CLI = [sys.executable, "-m", "bot.cli.main"]
 
 
 def run_cli(
@@ -137,7 +137,7 @@ def test_check_outside_a_repository_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_recorded_coverage_map_drives_select_tests_and_check(tmp_path: Path) -> None:
-    from bot.demo import BROKEN_TEST, make_demo_repo
+    from bot.cli.demo import BROKEN_TEST, make_demo_repo
 
     demo = make_demo_repo(tmp_path)
     done = run_cli("coverage-map", "--repo", str(demo.path), "--rev", demo.base_sha, "--runner", "host")
@@ -159,3 +159,21 @@ def test_a_recorded_coverage_map_drives_select_tests_and_check(tmp_path: Path) -
     )
     assert checked.returncode == 1  # the change breaks a test
     assert "covers src/calc/stats.py" in checked.stdout
+
+
+def test_serve_refuses_a_database_newer_than_itself_in_one_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    from bot.service.store.sqlite import SQLiteStore
+    from bot.service.store.sqlite_schema import migrations
+
+    db = tmp_path / "paritybot.db"
+    SQLiteStore(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {len(migrations()) + 1}")
+    conn.close()
+    env = {**SERVING, "PARITYBOT_DATABASE_URL": f"sqlite:///{db}", "PARITYBOT_RUNNER": "docker"}
+    done = run_cli("serve", env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"paritybot: {db}: the database is at schema version"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -17,11 +17,11 @@ from sample_repo import (
     tool_env,
 )
 
-from bot.config import TestSettings
-from bot.models import TestCaseResult, TestOutcome
-from runner.host import HostRunner
-from runner.repro import ReproContext
-from runner.testexec import NoTestsCollected, run_tests
+from bot.core.config import TestSettings
+from bot.core.models import TestCaseResult, TestOutcome
+from runner.backends.host import HostRunner
+from runner.checks.repro import ReproContext
+from runner.checks.testexec import NoTestsCollected, run_tests
 
 NESTED = "tests/unit/test_nested.py::TestOuter::TestInner::test_mean_is_between"
 PARAM = "tests/test_text.py::test_shout_ends_with_bang[x::y]"

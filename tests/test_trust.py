@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from bot.config import TrustSettings, parse_repo_config
-from handlers.commands import parse_comment
-from handlers.trust import (
+from bot.core.config import TrustSettings, parse_repo_config
+from handlers.decisions.commands import parse_comment
+from handlers.decisions.trust import (
     Approval,
     Commenter,
     Lookup,

@@ -36,7 +36,7 @@ import math
 import statistics
 from functools import cache
 
-from runner.perf.models import BenchmarkSamples, Comparison, DriverReport, PerfThresholds, Verdict
+from bot.core.perf import BenchmarkSamples, Comparison, DriverReport, PerfThresholds, Verdict
 
 EXACT_UP_TO = 100  # rounds; beyond it the normal approximation of the signed-rank law is exact enough
 

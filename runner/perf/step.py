@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.base import SCRATCH_DIR, Step, StepResult
-from runner.perf.models import DriverReport
+from bot.core.perf import DriverReport
+from runner.backends.base import SCRATCH_DIR, Step, StepResult
 
 DRIVER_MODULE = "paritybot_perf_driver"
 PLUGIN_MODULE = "paritybot_perf_pytest"

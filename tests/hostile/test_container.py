@@ -19,13 +19,13 @@ import docker.errors
 import pytest
 from docker_support import SMALL, commit_all, docker_client, make_runner, sh, test_image, workspace
 
-from bot.config import TestSettings
-from runner.base import Step
-from runner.collect import LINK
-from runner.coverage_map import CoverageMapError, coverage_map_from_step, coverage_step
-from runner.docker import DockerRunner
-from runner.repro import ReproContext
-from runner.testexec import TestRunError, run_tests
+from bot.core.config import TestSettings
+from runner.backends.base import Step
+from runner.backends.collect import LINK
+from runner.backends.docker import DockerRunner
+from runner.checks.repro import ReproContext
+from runner.checks.testexec import TestRunError, run_tests
+from runner.selection.coverage_map import CoverageMapError, coverage_map_from_step, coverage_step
 
 __all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixtures, imported for pytest
 
@@ -226,7 +226,7 @@ async def test_a_300_mb_junit_report_is_refused_unread(make_runner: MakeRunner, 
     (workspace / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
     commit_all(workspace)
     head = subprocess.run(["git", "-C", str(workspace), "rev-parse", "HEAD"], capture_output=True, text=True)
-    repro = ReproContext(head_sha=head.stdout.strip(), repo="o/r", runner_kind="docker")
+    repro = ReproContext(head_sha=head.stdout.strip(), repo="o/r")
     runner = make_runner(limits=SMALL.model_copy(update={"workspace_size": "1g"}))
     tracemalloc.start()
     try:

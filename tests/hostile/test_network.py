@@ -35,13 +35,22 @@ import pytest
 from docker_support import docker_client, test_image, unavailable
 from gitrepo import GitRepo
 
-from bot.config import Environment, RepoConfig, ResourceLimits
-from bot.models import CheckStatus, HookStatus, PrecommitResult, RunReport, RunRequest, RunScope, RunState
-from bot.report import Stage, render_comment
-from runner.base import RunnerRequest, Step
-from runner.docker import DockerRunner
+from bot.core.config import Environment, RepoConfig, ResourceLimits
+from bot.core.kinds import Stage
+from bot.core.models import (
+    CheckStatus,
+    HookStatus,
+    PrecommitResult,
+    RunReport,
+    RunRequest,
+    RunScope,
+    RunState,
+)
+from bot.render.comment import render_comment
+from runner.backends.base import RunnerRequest, Step
+from runner.backends.docker import DockerRunner
+from runner.checks.precommit import CONFIG_FILE, run_precommit
 from runner.pipeline import Pipeline, PipelineDeps
-from runner.precommit import CONFIG_FILE, run_precommit
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 pytestmark = pytest.mark.docker

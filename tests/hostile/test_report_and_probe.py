@@ -29,9 +29,10 @@ from gitrepo import GitRepo
 from markdown_check import Rendered, inspect, live_mentions
 from sample_repo import tool_env
 
-from bot.config import Environment, TestSettings
-from bot.local_check import CheckError, load_local_config, run_local_check
-from bot.models import (
+from bot.cli.local_check import CheckError, load_local_config, run_local_check
+from bot.core.config import Environment, TestSettings
+from bot.core.kinds import Stage
+from bot.core.models import (
     CheckStatus,
     DocstringResult,
     EnvFacts,
@@ -53,23 +54,16 @@ from bot.models import (
     TestOutcome,
     TestsResult,
 )
-from bot.report import (
-    STICKY_MARKER,
-    CheckRunOutput,
-    CommentSection,
-    Stage,
-    render_check_runs,
-    render_comment,
-    render_config_error_output,
-    render_pr_comment,
-)
-from runner.base import SCRATCH_DIR, RunnerRequest, Step
-from runner.docker import WORKSPACE_DIR, DockerRunner
-from runner.host import HostRunner
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import CheckRunOutput, render_config_error_output
+from bot.render.comment import STICKY_MARKER, CommentSection, render_comment, render_pr_comment
+from runner.backends.base import SCRATCH_DIR, RunnerRequest, Step
+from runner.backends.docker import WORKSPACE_DIR, DockerRunner
+from runner.backends.host import HostRunner
+from runner.checks.repro import ReproContext
+from runner.checks.testexec import run_tests
 from runner.parity import build_parity
-from runner.probe import parse_probe, probe_step
-from runner.repro import ReproContext
-from runner.testexec import run_tests
+from runner.probe.probe import parse_probe, probe_step
 
 __all__ = ["bot", "docker_client", "test_image"]  # fixtures, imported for pytest
 

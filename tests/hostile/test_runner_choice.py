@@ -26,13 +26,13 @@ from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from gitrepo import GitRepo
 
-from bot.config import Environment, RepoConfig
-from bot.models import RunReport, RunRequest, RunState
-from bot.report import STICKY_MARKER
-from runner.base import Step
-from runner.host import HostRunner
+from bot.core.config import Environment, RepoConfig
+from bot.core.models import RunReport, RunRequest, RunState
+from bot.render.comment import STICKY_MARKER
+from runner.backends.base import Step
+from runner.backends.choice import RunnerPolicy, runner_factory
+from runner.backends.host import HostRunner
 from runner.pipeline import Pipeline, PipelineDeps
-from runner.select_runner import RunnerPolicy, runner_factory
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 
@@ -356,7 +356,7 @@ async def test_the_run_s_installation_token_printed_by_a_pr_is_hidden(
 
 # --- `paritybot check`: the base's config, no fallback with --runner docker ----------------------------
 
-CLI = [sys.executable, "-m", "bot.cli"]
+CLI = [sys.executable, "-m", "bot.cli.main"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

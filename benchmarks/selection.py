@@ -1,0 +1,460 @@
+"""Mutation benchmark for targeted test selection.
+
+For a project with a pytest suite it:
+
+1. copies the project into a scratch git repository (the base commit), collects the tests, runs
+   the whole suite once for per-test durations, and builds the per-test coverage map through the
+   same step the bot uses;
+2. makes single-point mutations on source lines the suite executes (flip a comparison, negate a
+   condition, replace a return value, change a constant, swap ``and``/``or``), sampled with a
+   seed, one commit each;
+3. runs the whole suite on each mutant: the failing tests are the truth;
+4. asks each selector which tests to run and reports, per selector, the share of tests and of
+   test time selected, and over the breaking mutations the share where at least one failing test
+   was selected and where all were.
+
+Usage::
+
+    python benchmarks/selection.py PROJECT_DIR [--python PY] [--env PYTHONPATH=src]
+        [--mutations 120] [--seed 1] [--budget-s 840] [--name NAME]
+
+``--python`` is an interpreter with the project's dependencies, pytest and coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.core.config import TestSettings  # noqa: E402
+from runner.backends.host import HostRunner  # noqa: E402
+from runner.selection.coverage_map import CoverageMap, coverage_map_from_step, coverage_step  # noqa: E402
+from runner.selection.import_graph import is_conftest, is_test_file, python_files  # noqa: E402
+from runner.selection.select import Signal, parse_collect_only, select_tests  # noqa: E402
+
+_TIMING_PLUGIN = """
+import json, os, time
+
+_results = {}
+
+
+def pytest_runtest_logreport(report):
+    entry = _results.setdefault(report.nodeid, {"duration": 0.0, "failed": False})
+    entry["duration"] += report.duration
+    if report.failed:
+        entry["failed"] = True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    with open(os.environ["BENCH_TIMING_OUT"], "w") as f:
+        json.dump(_results, f)
+"""
+
+SELECTORS: dict[str, tuple[bool, frozenset[Signal] | None]] = {
+    "ours (coverage map + fallbacks)": (True, None),
+    "ours without a map (static + names)": (False, None),
+    "static import graph alone": (False, frozenset({Signal.STATIC})),
+    "file-name match alone": (False, frozenset({Signal.NAME})),
+}
+SKIP_PARTS = {"tests", "test", "testing", "docs", "doc", "benchmarks", "examples", "scripts"}
+
+
+@dataclass
+class Project:
+    work: Path
+    python: str
+    env: dict[str, str]
+    plugin_dir: Path
+    pytest_args: list[str] = field(default_factory=list)
+    all_tests: list[str] = field(default_factory=list)
+    durations: dict[str, float] = field(default_factory=dict)
+    baseline_failures: set[str] = field(default_factory=set)
+    suite_s: float = 0.0
+
+    def git(self, *args: str) -> str:
+        ident = ["-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "commit.gpgsign=false"]
+        out = subprocess.run(["git", "-C", str(self.work), *ident, *args], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"git {' '.join(args)}: {out.stderr}")
+        return out.stdout.strip()
+
+    def pytest(self, args: list[str], timeout: float) -> tuple[dict[str, dict[str, object]] | None, str]:
+        """Run pytest with the timing plugin; None when it timed out."""
+        out_file = self.plugin_dir / "timing.json"
+        out_file.unlink(missing_ok=True)
+        pythonpath = os.pathsep.join(p for p in [str(self.plugin_dir), self.env.get("PYTHONPATH", "")] if p)
+        env = {**os.environ, **self.env, "PYTHONPATH": pythonpath, "BENCH_TIMING_OUT": str(out_file)}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        argv = [
+            self.python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "bench_timing",
+            *self.pytest_args,
+            *args,
+        ]
+        try:
+            proc = subprocess.run(
+                argv, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return None, "timeout"
+        if not out_file.exists():
+            return {}, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return json.loads(out_file.read_text()), proc.stdout[-500:]
+
+
+# --- Setting up ---------------------------------------------------------------------------------------
+
+
+def copy_project(src: Path, dest: Path) -> None:
+    """Tracked files of a git checkout, or the whole directory of an unpacked sdist."""
+    if (src / ".git").exists():
+        listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z"], capture_output=True, check=True)
+        for rel in listed.stdout.decode().split("\0"):
+            if rel and (src / rel).is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / rel, dest / rel)
+        return
+    ignore = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", ".tox")
+    shutil.copytree(src, dest, dirs_exist_ok=True, ignore=ignore)
+
+
+def prepare(args: argparse.Namespace) -> tuple[Project, str, CoverageMap]:
+    scratch = Path(tempfile.mkdtemp(prefix="selbench-"))
+    work, plugin_dir = scratch / "repo", scratch / "plugin"
+    work.mkdir()
+    plugin_dir.mkdir()
+    (plugin_dir / "bench_timing.py").write_text(_TIMING_PLUGIN)
+    copy_project(Path(args.project), work)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    proj = Project(work=work, python=args.python, env=env, plugin_dir=plugin_dir, pytest_args=args.pytest_arg)
+    proj.git("init", "-q", "-b", "main")
+    proj.git("add", "-A")
+    proj.git("commit", "-q", "-m", "base")
+    base = proj.git("rev-parse", "HEAD")
+
+    collected = subprocess.run(
+        [args.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args.pytest_arg],
+        cwd=work,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    proj.all_tests = parse_collect_only(collected.stdout)
+    started = time.monotonic()
+    timing, output = proj.pytest([], timeout=args.suite_timeout)
+    proj.suite_s = time.monotonic() - started
+    if not timing:
+        raise SystemExit(f"the suite did not run: {output}")
+    proj.durations = {n: float(v["duration"]) for n, v in timing.items()}  # type: ignore[arg-type]
+    proj.baseline_failures = {n for n, v in timing.items() if v["failed"]}
+
+    pybin = str(Path(args.python).parent)
+    runner = HostRunner(env={**env, "PATH": f"{pybin}{os.pathsep}{os.environ.get('PATH', '')}"})
+    started = time.monotonic()
+    settings = TestSettings(pytest_args=args.pytest_arg)
+    result = asyncio.run(runner.run(coverage_step(settings), work))
+    cmap = coverage_map_from_step(result, base)
+    print(
+        f"coverage map: {len(cmap.tests)} tests, {len(cmap.files)} files, {time.monotonic() - started:.1f} s"
+    )
+    shutil.rmtree(work / ".paritybot", ignore_errors=True)
+    return proj, base, cmap
+
+
+# --- Mutations ---------------------------------------------------------------------------------------
+
+_FLIP = {
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+
+
+@dataclass
+class Mutation:
+    path: str
+    line: int
+    kind: str
+    source: str  # the whole mutated file
+
+
+def _mutants_of(node: ast.AST) -> list[tuple[str, ast.expr, ast.expr]]:
+    """(kind, original expression, mutated expression) for one node."""
+    out: list[tuple[str, ast.expr, ast.expr]] = []
+    if isinstance(node, ast.Compare) and type(node.ops[0]) in _FLIP:
+        new = ast.Compare(
+            left=node.left, ops=[_FLIP[type(node.ops[0])](), *node.ops[1:]], comparators=node.comparators
+        )
+        out.append(("flip comparison", node, new))
+    if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
+        out.append(("negate condition", node.test, ast.UnaryOp(op=ast.Not(), operand=node.test)))
+    if isinstance(node, ast.Return) and node.value is not None:
+        is_none = isinstance(node.value, ast.Constant) and node.value.value is None
+        out.append(("replace return value", node.value, ast.Constant(value=0 if is_none else None)))
+    if isinstance(node, ast.Constant) and type(node.value) in (int, bool, str):
+        value = node.value
+        new_value: object = (
+            (not value) if isinstance(value, bool) else value + 1 if isinstance(value, int) else value + "x"
+        )
+        out.append(("change constant", node, ast.Constant(value=new_value)))
+    if isinstance(node, ast.BoolOp):
+        swapped = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        out.append(("swap and/or", node, ast.BoolOp(op=swapped, values=node.values)))
+    return out
+
+
+def _replace(source: str, old: ast.expr, new: ast.expr) -> str | None:
+    """Replace the exact source span of ``old`` (byte offsets, as ast reports them)."""
+    if old.end_lineno is None or old.end_col_offset is None:
+        return None
+    lines = source.splitlines(keepends=True)
+    raw = [ln.encode() for ln in lines]
+    start = sum(len(x) for x in raw[: old.lineno - 1]) + old.col_offset
+    end = sum(len(x) for x in raw[: old.end_lineno - 1]) + old.end_col_offset
+    data = "".join(lines).encode()
+    text = f"({ast.unparse(new)})"
+    mutated = (data[:start] + text.encode() + data[end:]).decode()
+    try:
+        compile(mutated, "<mutant>", "exec")
+    except SyntaxError:
+        return None
+    return mutated
+
+
+def candidates(work: Path, cmap: CoverageMap) -> list[tuple[str, int]]:
+    """Executed lines of source (not test) files: by a test, or while importing."""
+    out = []
+    for path in python_files(cmap.files.keys() | cmap.import_lines.keys()):
+        parts = set(Path(path).parts[:-1])
+        if is_test_file(path) or is_conftest(path) or parts & SKIP_PARTS or Path(path).name == "setup.py":
+            continue
+        if not (work / path).is_file():
+            continue
+        lines = set(cmap.files.get(path, {})) | set(cmap.import_lines.get(path, []))
+        out.extend((path, n) for n in sorted(lines))
+    return out
+
+
+def make_mutations(work: Path, cmap: CoverageMap, count: int, seed: int) -> list[Mutation]:
+    rng = random.Random(seed)
+    lines = candidates(work, cmap)
+    rng.shuffle(lines)
+    trees: dict[str, tuple[str, ast.Module]] = {}
+    out: list[Mutation] = []
+    for path, line in lines:
+        if len(out) >= count:
+            break
+        if path not in trees:
+            text = (work / path).read_text()
+            trees[path] = (text, ast.parse(text))
+        text, tree = trees[path]
+        # Offsets inside f-strings are not reliable before Python 3.12: leave them alone.
+        in_fstring = {id(n) for j in ast.walk(tree) if isinstance(j, ast.JoinedStr) for n in ast.walk(j)}
+        options = [
+            m
+            for node in ast.walk(tree)
+            if getattr(node, "lineno", None) == line
+            and not _is_docstring_node(node)
+            and id(node) not in in_fstring
+            for m in _mutants_of(node)
+        ]
+        rng.shuffle(options)
+        for kind, old, new in options:
+            mutated = _replace(text, old, new)
+            if mutated is not None and mutated != text:
+                out.append(Mutation(path=path, line=line, kind=kind, source=mutated))
+                break
+    return out
+
+
+def _is_docstring_node(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) > 40
+
+
+# --- Running -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    mutation: Mutation
+    failing: set[str]
+    selected: dict[str, set[str] | None]  # selector → node ids (None = whole suite)
+    select_s: dict[str, float]
+
+
+def evaluate(
+    proj: Project, base: str, cmap: CoverageMap, mutation: Mutation, timeout: float
+) -> Outcome | None:
+    proj.git("checkout", "-q", "-B", "mutant", base)
+    (proj.work / mutation.path).write_text(mutation.source)
+    proj.git("commit", "-q", "-am", f"mutate {mutation.path}:{mutation.line}")
+    head = proj.git("rev-parse", "HEAD")
+    settings = TestSettings()
+    selected: dict[str, set[str] | None] = {}
+    select_s: dict[str, float] = {}
+    for name, (use_map, signals) in SELECTORS.items():
+        started = time.monotonic()
+        sel = select_tests(
+            proj.work, base, head, settings, cmap if use_map else None, proj.all_tests, signals
+        )
+        select_s[name] = time.monotonic() - started
+        selected[name] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
+    timing, _ = proj.pytest([], timeout=timeout)
+    proj.git("checkout", "-q", "main")
+    if timing is None:
+        return None  # an endless loop: no truth to compare with
+    failing = {n for n, v in timing.items() if v["failed"]} - proj.baseline_failures
+    return Outcome(mutation=mutation, failing=failing, selected=selected, select_s=select_s)
+
+
+def summarise(proj: Project, outcomes: list[Outcome]) -> list[dict[str, object]]:
+    total_time = sum(proj.durations.values()) or 1.0
+    total_tests = len(proj.all_tests) or 1
+    breaking = [o for o in outcomes if o.failing]
+    rows = []
+    for name in [*SELECTORS, "full suite"]:
+        shares, time_shares, any_hit, all_hit, costs = [], [], 0, 0, []
+        for o in outcomes:
+            sel = None if name == "full suite" else o.selected[name]
+            chosen = set(proj.all_tests) if sel is None else sel
+            shares.append(len(chosen) / total_tests)
+            time_shares.append(sum(proj.durations.get(n, 0.0) for n in chosen) / total_time)
+            costs.append(0.0 if name == "full suite" else o.select_s[name])
+            if o.failing:
+                any_hit += bool(o.failing & chosen)
+                all_hit += o.failing <= chosen
+        rows.append(
+            {
+                "selector": name,
+                "tests": statistics.mean(shares) if shares else 0.0,
+                "time": statistics.mean(time_shares) if time_shares else 0.0,
+                "any": any_hit / len(breaking) if breaking else 0.0,
+                "all": all_hit / len(breaking) if breaking else 0.0,
+                "select_s": statistics.mean(costs) if costs else 0.0,
+            }
+        )
+    return rows
+
+
+def table(
+    name: str, proj: Project, outcomes: list[Outcome], skipped: int, rows: list[dict[str, object]]
+) -> str:
+    breaking = sum(1 for o in outcomes if o.failing)
+    head = (
+        f"**{name}**: {len(proj.all_tests)} tests, suite {sum(proj.durations.values()):.1f} s of test time; "
+        f"{len(outcomes)} mutations evaluated ({skipped} timed out, left out), {breaking} breaking.\n\n"
+        "| selector | tests selected | test time selected | breaking caught (≥1 failing test) "
+        "| breaking caught (all failing tests) | selection cost |\n|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r['selector']} | {r['tests']:.1%} | {r['time']:.1%} | {r['any']:.1%} | {r['all']:.1%} "
+        f"| {r['select_s']:.2f} s |\n"
+        for r in rows
+    )
+    return head + body
+
+
+def misses(outcomes: list[Outcome]) -> str:
+    key = next(iter(SELECTORS))
+    lines = []
+    for o in outcomes:
+        chosen = o.selected[key]
+        if o.failing and chosen is not None and not o.failing & chosen:
+            m = o.mutation
+            lines.append(f"- missed: {m.path}:{m.line} ({m.kind}); failing: {sorted(o.failing)[:3]}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("project", help="directory of the project (an unpacked sdist or a git checkout)")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter with the project's dependencies"
+    )
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the test runs")
+    parser.add_argument("--mutations", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--budget-s", type=float, default=840, help="stop evaluating after this long")
+    parser.add_argument("--suite-timeout", type=float, default=300)
+    parser.add_argument("--name", default=None)
+    parser.add_argument(
+        "--pytest-arg", action="append", default=[], help="passed to every pytest run (e.g. --ignore=PATH)"
+    )
+    parser.add_argument("--json", default=None, help="also write the per-mutation results here")
+    args = parser.parse_args()
+    started = time.monotonic()
+    proj, base, cmap = prepare(args)
+    mutations = make_mutations(proj.work, cmap, args.mutations, args.seed)
+    print(f"{len(proj.all_tests)} tests, suite {proj.suite_s:.1f} s wall; {len(mutations)} mutations")
+    outcomes: list[Outcome] = []
+    skipped = 0
+    timeout = max(30.0, proj.suite_s * 4)
+    for i, mutation in enumerate(mutations, 1):
+        if time.monotonic() - started > args.budget_s:
+            print(f"time budget reached after {i - 1} mutations")
+            break
+        outcome = evaluate(proj, base, cmap, mutation, timeout)
+        if outcome is None:
+            skipped += 1
+            continue
+        outcomes.append(outcome)
+        if i % 10 == 0:
+            print(f"  {i}/{len(mutations)} mutations, {time.monotonic() - started:.0f} s")
+    name = args.name or Path(args.project).resolve().name
+    print()
+    print(table(name, proj, outcomes, skipped, summarise(proj, outcomes)))
+    missed = misses(outcomes)
+    if missed:
+        print(missed)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                [
+                    {
+                        "path": o.mutation.path,
+                        "line": o.mutation.line,
+                        "kind": o.mutation.kind,
+                        "failing": sorted(o.failing),
+                        "selected": {k: None if v is None else sorted(v) for k, v in o.selected.items()},
+                    }
+                    for o in outcomes
+                ],
+                indent=1,
+            )
+        )
+    shutil.rmtree(proj.work.parent, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

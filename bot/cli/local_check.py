@@ -1,0 +1,207 @@
+"""`paritybot check`: the PR pipeline on a local git checkout, no GitHub needed.
+
+It runs exactly what the App runs for a PR — the same workspace preparation from a clean clone
+of the commit, the config of the PR's base, the same checks — and prints the markdown the PR
+comment would carry. Uncommitted changes are not part of a commit, so they are not checked (we say
+so). Unlike `serve`, it may run the code on this machine's host (it is the user's own checkout),
+and says so before anything runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bot.cli.select_tests import default_coverage_dir
+from bot.core.config import (
+    CONFIG_PATH,
+    ConfigError,
+    Environment,
+    RepoConfig,
+    format_config_errors,
+    parse_repo_config,
+)
+from bot.core.kinds import Stage
+from bot.core.models import RunKind, RunReport, RunRequest
+from bot.core.verdict import Verdict, verdict
+from bot.render.comment import render_comment
+from runner import gitdiff
+from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
+from runner.backends.choice import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
+from runner.git import GitError, git
+from runner.pipeline import Pipeline, PipelineDeps
+
+
+class CheckError(Exception):
+    """The check could not start (not a git repository, unknown revision, bad config)."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        return git(repo, *args)
+    except GitError as exc:
+        raise CheckError(f"git {args[0]} in {repo}: {exc.last_line}") from None
+
+
+def default_base(repo: Path) -> str:
+    """The branch a PR from here would target: origin's HEAD, else main or master, else HEAD~1."""
+    for candidate in ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/heads/master"):
+        try:
+            _git(repo, "rev-parse", "--verify", "--quiet", candidate)
+            return candidate.removeprefix("refs/heads/").removeprefix("refs/remotes/")
+        except CheckError:
+            continue
+    return "HEAD~1"
+
+
+def config_commit(repo: Path, head_sha: str, base_sha: str | None) -> str:
+    """The commit whose config rules a check: the merge base of head with the base, as the App
+    reads the base branch's, so a change cannot raise its own limits or turn the network on.
+
+    Without a base (a coverage map of a commit) it is the commit itself; without a merge base
+    (unrelated histories), the base commit.
+    """
+    if base_sha is None:
+        return head_sha
+    try:
+        return _git(repo, "merge-base", head_sha, base_sha)
+    except CheckError:
+        return base_sha
+
+
+def _config_text(repo: Path, sha: str) -> str | None:
+    """The config at ``sha``, from git's objects: a link committed in its place is refused."""
+    try:
+        return gitdiff.read_file(repo, sha, CONFIG_PATH)
+    except gitdiff.UnsafeFileError as exc:
+        raise CheckError(str(exc)) from None
+
+
+def load_local_config(
+    repo: Path, head_sha: str, config_file: Path | None, base_sha: str | None = None
+) -> tuple[RepoConfig, str]:
+    """The config and a line saying where it came from (printed, so nobody wonders which applied)."""
+    if config_file is not None:
+        try:
+            given = config_file.read_text()
+        except OSError as exc:
+            raise CheckError(f"{config_file}: {exc.strerror}") from None
+        return parse_repo_config(given, str(config_file)), f"config: {config_file} (--config)"
+    sha = config_commit(repo, head_sha, base_sha)
+    text = _config_text(repo, sha)
+    where = (
+        f"config: {CONFIG_PATH} of {sha[:12]}"
+        if text is not None
+        else f"config: defaults ({sha[:12]} has no {CONFIG_PATH})"
+    )
+    if sha != head_sha and gitdiff.read_files(repo, head_sha, [CONFIG_PATH])[CONFIG_PATH] != text:
+        where += (
+            f"; the change's own edits to {CONFIG_PATH} are not used, as on GitHub "
+            "(--config FILE uses a file of yours)"
+        )
+    return parse_repo_config(text), where
+
+
+def check_policy(mode: RunnerMode) -> RunnerPolicy:
+    """`check` runs the user's own checkout: the host is allowed, but never silently."""
+    return RunnerPolicy(mode=mode, host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
+
+
+def announcing(factory: RunnerFactory) -> RunnerFactory:
+    """Say where the code runs before any of it does; the host most plainly of all."""
+
+    async def make(request: RunnerRequest) -> Runner:
+        try:
+            runner = await factory(request)
+        except RunnerError as exc:
+            print(f"runner: none: {exc}", file=sys.stderr)
+            raise
+        info = runner.info
+        if info.kind == "host":
+            print(
+                f"runner: host: the checked code runs on this machine, as you, without a container "
+                f"({info.reason}); --runner docker requires a container",
+                file=sys.stderr,
+            )
+        else:
+            print(f"runner: {info.kind} ({info.reason})", file=sys.stderr)
+        return runner
+
+    return make
+
+
+async def run_local_check(
+    repo: Path,
+    *,
+    base: str | None,
+    head: str,
+    runner_factory: RunnerFactory,
+    environment: str | None = None,
+    config_file: Path | None = None,
+    pr_body: str = "",
+    work_dir: Path | None = None,
+    image: str | None = None,
+    gpus: str | int | list[str] | None = None,
+    kind: RunKind = RunKind.PULL_REQUEST,
+) -> RunReport:
+    """Run the pipeline on ``head`` of a local checkout.
+
+    A PULL_REQUEST run checks the change from ``base``; a BASELINE run records ``head``'s per-test
+    coverage map where later checks and `paritybot select-tests` find it (``.paritybot/coverage``).
+    """
+    repo = repo.resolve()
+    if not (repo / ".git").exists():
+        _git(repo, "rev-parse", "--git-dir")  # a worktree or a subdirectory: let git decide
+    head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}")
+    base_sha = None
+    if kind == RunKind.PULL_REQUEST:
+        base_sha = _git(repo, "rev-parse", "--verify", f"{base or default_base(repo)}^{{commit}}")
+    if _git(repo, "status", "--porcelain", "--untracked-files=no"):
+        print("note: uncommitted changes are not checked; commit them to include them", file=sys.stderr)
+    try:
+        config, config_source = load_local_config(repo, head_sha, config_file, base_sha)
+    except ConfigError as exc:
+        raise CheckError(str(exc)) from None
+    print(config_source, file=sys.stderr)
+    env = config.environment(environment) if environment else config.default_environment()
+    if env is None:
+        names = ", ".join(e.name for e in config.environments)
+        raise CheckError(f"unknown environment {environment!r}; the config defines: {names}")
+    if image is not None or gpus is not None:
+        # An ad-hoc environment: the chosen one, in another image or with other GPUs.
+        update: dict[str, object] = {"image": image} if image is not None else {}
+        if gpus is not None:
+            update["gpus"] = gpus
+        try:
+            env = Environment.model_validate(env.model_dump() | update)
+        except ValidationError as exc:
+            raise CheckError("; ".join(format_config_errors(exc))) from None
+    request = RunRequest(
+        kind=kind,
+        repo=repo.name,
+        clone_url=str(repo),
+        head_sha=head_sha,
+        base_sha=base_sha,
+        pr_body=pr_body,
+        trigger="paritybot check",
+    )
+    root = work_dir or Path(tempfile.mkdtemp(prefix="paritybot-check-"))
+    deps = PipelineDeps(
+        runner_factory=runner_factory,
+        workspace_root=root / "workspaces",
+        cache_root=root / "cache",
+        coverage_dir=default_coverage_dir(repo),
+    )
+    return await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
+
+
+def render_local(report: RunReport) -> tuple[str, int]:
+    """The PR comment's markdown, and the exit code: 0 pass, 1 the change fails a check, 2 broken."""
+    markdown = render_comment(report, stage=Stage.DONE)
+    outcome = verdict(report)
+    code = {Verdict.PASS: 0, Verdict.FLAKY_ONLY: 0, Verdict.FAIL: 1}.get(outcome, 2)
+    return markdown, code

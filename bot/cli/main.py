@@ -1,0 +1,246 @@
+"""The `paritybot` command: serve, check, config, env, select-tests.
+
+Every user error is one line on stderr and exit code 2; no tracebacks for things the user can fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bot.core.config import ConfigError, RepoConfig, parse_repo_config
+from bot.service.logs import configure_logging
+from bot.service.settings import SettingsError, load_settings
+from bot.service.store.protocol import StoreError
+
+if TYPE_CHECKING:
+    from runner.backends.base import RunnerFactory
+    from runner.backends.choice import RunnerMode
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="paritybot", description="GPU CI parity checks for pull requests")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the GitHub App (webhooks, queue, workers)")
+    s.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
+    c = sub.add_parser("check", help="run the PR pipeline on a local git checkout and print the PR comment")
+    c.add_argument("--repo", type=Path, default=Path("."), help="the git checkout (default: .)")
+    c.add_argument("--base", help="what the change is compared with (default: origin/HEAD, main, master)")
+    c.add_argument("--head", default="HEAD", help="the commit to check (default: HEAD)")
+    c.add_argument("--env", dest="environment", help="environment name from the config")
+    c.add_argument(
+        "--config",
+        type=Path,
+        help="config file instead of the base's .github/paritybot.yml (the change's own edits to it "
+        "are not used, as on GitHub)",
+    )
+    c.add_argument(
+        "--runner",
+        choices=["auto", "host", "docker"],
+        default="auto",
+        help="auto: the environment's image when a container engine answers, else this machine's "
+        "host (said before anything runs); docker: a container or nothing",
+    )
+    c.add_argument("--image", help="run in this container image instead of the environment's")
+    c.add_argument("--gpus", help="with --image: all, none, a count, or device ids (a,b)")
+    c.add_argument("--pr-body", type=Path, help="a PR description (with collect_env output) to compare with")
+    c.add_argument("--demo", action="store_true", help="check a built-in sample project (no checkout needed)")
+    c.add_argument("--json", action="store_true", help="print the run report as JSON instead")
+
+    m = sub.add_parser(
+        "coverage-map", help="record a commit's per-test coverage map, for `check` and `select-tests`"
+    )
+    m.add_argument("--repo", type=Path, default=Path("."))
+    m.add_argument("--rev", default="HEAD", help="the commit to map (default: HEAD)")
+    m.add_argument("--env", dest="environment", help="environment name from the config")
+    m.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+
+    cfg = sub.add_parser("config", help="the repository config (.github/paritybot.yml)")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    v = cfg_sub.add_parser("validate", help="check a config file")
+    v.add_argument("file", type=Path)
+    cfg_sub.add_parser("schema", help="print the config's JSON Schema")
+
+    e = sub.add_parser("env", help="contributors' environment reports")
+    e_sub = e.add_subparsers(dest="env_command", required=True)
+    ep = e_sub.add_parser("parse", help="parse torch.utils.collect_env output (or a PR description)")
+    ep.add_argument("file")
+    ep.add_argument("--json", action="store_true")
+
+    t = sub.add_parser("select-tests", help="which tests a change can affect, and why")
+    t.add_argument("--repo", default=".")
+    t.add_argument("--base", required=True)
+    t.add_argument("--head")
+    t.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (SettingsError, ConfigError, StoreError) as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `paritybot config schema | head`
+        sys.stderr.close()
+        return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command != "serve":
+        configure_logging("console", "warning")  # stdout is the command's own output
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "config":
+        return _config(args)
+    if args.command == "coverage-map":
+        return _coverage_map(args)
+    if args.command == "env":
+        from bot.cli.env import env_parse_main
+
+        return env_parse_main(args.file, args.json)
+    from bot.cli.select_tests import select_tests_main
+
+    return select_tests_main(args.repo, args.base, args.head, args.json)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bot.service.app import serve
+
+    settings = load_settings(args.env_file)
+    settings.require_serving()
+    configure_logging(settings.log_format, settings.log_level)
+    asyncio.run(serve(settings))
+    return 0
+
+
+def _local_runners(mode: RunnerMode) -> RunnerFactory:
+    from bot.cli.local_check import announcing, check_policy
+    from runner.backends.choice import runner_factory
+
+    return announcing(runner_factory(check_policy(mode)))
+
+
+def _check(args: argparse.Namespace) -> int:
+    from bot.cli.local_check import CheckError, render_local, run_local_check
+
+    configure_logging("console", "warning")
+    repo, base, head = args.repo, args.base, args.head
+    if args.demo:
+        from bot.cli.demo import make_demo_repo
+
+        demo = make_demo_repo(Path(tempfile.mkdtemp(prefix="paritybot-demo-")))
+        repo, base, head = demo.path, demo.base_sha, demo.head_sha
+        print(f"demo: a sample project at {demo.path}, checking its last commit", file=sys.stderr)
+    pr_body = ""
+    if args.pr_body is not None:
+        text = _read_text(args.pr_body)
+        if text is None:
+            return 2
+        pr_body = text
+    try:
+        report = asyncio.run(
+            run_local_check(
+                repo,
+                base=base,
+                head=head,
+                runner_factory=_local_runners(args.runner),
+                environment=args.environment,
+                config_file=args.config,
+                pr_body=pr_body,
+                image=args.image,
+                gpus=_gpus(args.gpus),
+            )
+        )
+    except CheckError as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
+    markdown, code = render_local(report)
+    print(report.model_dump_json(indent=2) if args.json else markdown)
+    if args.demo and code == 1:
+        # The demo's change is meant to fail its checks; the demo itself worked.
+        print("demo: the sample change fails its checks, as intended", file=sys.stderr)
+        return 0
+    return code
+
+
+def _coverage_map(args: argparse.Namespace) -> int:
+    from bot.cli.local_check import CheckError, run_local_check
+    from bot.cli.select_tests import default_coverage_dir
+    from bot.core.models import RunKind, RunState
+
+    configure_logging("console", "warning")
+    try:
+        report = asyncio.run(
+            run_local_check(
+                args.repo,
+                base=None,
+                head=args.rev,
+                runner_factory=_local_runners(args.runner),
+                environment=args.environment,
+                kind=RunKind.BASELINE,
+            )
+        )
+    except CheckError as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
+    if report.state != RunState.SUCCEEDED or report.error:
+        print(
+            f"paritybot: no coverage map for {args.rev}: {report.error or report.state.value}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"coverage map of {report.head_sha[:12]} recorded in {default_coverage_dir(args.repo.resolve())}")
+    return 0
+
+
+def _read_text(path: Path) -> str | None:
+    """A file the user named; None (after one line saying why) when it cannot be read."""
+    try:
+        return path.read_text()
+    except OSError as exc:
+        print(f"paritybot: {path}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
+def _gpus(value: str | None) -> str | int | list[str] | None:
+    if value is None or value in ("all", "none"):
+        return value
+    if value.isdigit():
+        return int(value)
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _config(args: argparse.Namespace) -> int:
+    if args.config_command == "schema":
+        print(json.dumps(RepoConfig.model_json_schema(), indent=2))
+        return 0
+    text = _read_text(args.file)
+    if text is None:
+        return 2
+    try:
+        config = parse_repo_config(text, str(args.file))
+    except ConfigError as exc:
+        print(f"{args.file}: invalid", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    names = ", ".join(e.name for e in config.environments)
+    print(f"{args.file}: valid ({len(config.environments)} environment(s): {names})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""`paritybot select-tests`: which tests a change can affect, and why, on a local checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from bot.core.config import CONFIG_PATH, ConfigError, parse_repo_config
+from bot.core.models import Selection
+from runner import gitdiff
+from runner.git import GitError
+from runner.gitdiff import UnsafeFileError
+from runner.selection.coverage_map import CoverageMapStore
+from runner.selection.select import select_tests
+
+
+def default_coverage_dir(repo: Path) -> Path:
+    """Where the CLI looks for coverage maps: ``$PARITYBOT_COVERAGE_DIR``, else the repo's scratch dir."""
+    configured = os.environ.get("PARITYBOT_COVERAGE_DIR")
+    return Path(configured) if configured else repo / ".paritybot" / "coverage"
+
+
+def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> int:
+    """``paritybot select-tests``: print the selection and its reasons; 0 on success, 2 on bad input."""
+    root = Path(repo)
+    head = head or "HEAD"
+    try:
+        base_sha = gitdiff.merge_base(root, base, head)
+        # The base's config, as the App reads it: a change must not choose its own selection rules.
+        config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
+        settings = parse_repo_config(config_text).tests
+        store = CoverageMapStore(default_coverage_dir(root))
+        cmap = store.load(base_sha) if settings.use_coverage_map else None
+        selection = select_tests(root, base_sha, head, settings, cmap)
+    except (GitError, UnsafeFileError, ConfigError) as exc:
+        print(f"paritybot select-tests: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        doc = selection.model_dump(mode="json")
+        doc["base"] = base_sha
+        doc["coverage_map"] = cmap.commit if cmap is not None else None
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_selection(selection, base_sha, cmap is not None))
+    return 0
+
+
+def render_selection(selection: Selection, base_sha: str, with_map: bool) -> str:
+    """Plain text for a terminal: what runs, and why."""
+    source = "coverage map of the base commit" if with_map else "static analysis (no coverage map cached)"
+    lines = [f"base {base_sha[:12]}; signals: {source}"]
+    if selection.whole_suite:
+        lines.append("whole suite:")
+        lines.extend(f"  - {r}" for r in selection.whole_suite_reasons)
+        return "\n".join(lines)
+    if not selection.tests:
+        lines.append("no test can be affected by this change")
+    for test in selection.tests:
+        lines.append(test.nodeid)
+        lines.extend(f"    {r}" for r in test.reasons)
+    if selection.budget_dropped:
+        lines.append(f"cut by tests.max_tests ({len(selection.budget_dropped)}):")
+        lines.extend(f"  {n}" for n in selection.budget_dropped)
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""The small vocabularies every layer shares: the comment command, where a run stands, the checks.
+
+Handlers parse the command, the render layer names it in every reply and summary, and the store
+keys each job's check runs by :class:`CheckKind`; defining them once here keeps the spellings from
+drifting apart.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+COMMAND = "/retest-gpu"
+"""The one comment command: ``/retest-gpu [failed | all] [env=NAME ...]`` (handlers.decisions.commands)."""
+
+
+class Stage(StrEnum):
+    """Where the PR's run stands; the comment's first line says it."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    AWAITING_APPROVAL = "awaiting_approval"
+    CONFIG_ERROR = "config_error"
+
+
+class CheckKind(StrEnum):
+    """One check run per kind and environment, so a repository can require some and not others."""
+
+    PRECOMMIT = "pre-commit"
+    DOCSTRINGS = "docstrings"
+    TESTS = "tests"
+    PARITY = "parity"
+
+
+CHECK_KINDS: tuple[CheckKind, ...] = (
+    CheckKind.PRECOMMIT,
+    CheckKind.DOCSTRINGS,
+    CheckKind.TESTS,
+    CheckKind.PARITY,
+)

@@ -1,0 +1,325 @@
+"""The models every layer speaks: environment facts, check results and the run report.
+
+Nothing past the web handler passes raw dicts around; parsing produces these, deciding and
+rendering consume them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from bot.core.config import RepoConfig
+
+
+class Model(BaseModel):
+    """Base for our models: unknown keys are errors, so typos never pass silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- Environment facts: what the probe sees, what a contributor pasted, what CI pins ---------------
+
+
+class EnvFacts(Model):
+    """One environment, normalised. ``None`` means *not known*, never *absent*.
+
+    The probe (in the container or on the host), the contributor's pasted ``collect_env`` output
+    and the config's pinned CI reference all become this model, so the parity table compares like
+    with like.
+    """
+
+    source: str = Field(description="where these facts come from: probe, collect_env, config")
+    torch: str | None = None
+    torch_cuda: str | None = Field(None, description="CUDA version torch was built with")
+    torch_hip: str | None = Field(None, description="HIP/ROCm version torch was built with")
+    cuda_available: bool | None = None
+    cuda_runtime: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    nvidia_driver: str | None = None
+    gpu_models: list[str] | None = None
+    python: str | None = None
+    os: str | None = None
+    libc: str | None = None
+    gcc: str | None = None
+    clang: str | None = None
+    cmake: str | None = None
+    platform: str | None = Field(None, description="Python platform string, e.g. Linux-...-x86_64")
+    packages: dict[str, str] = Field(default_factory=dict, description="package name → version")
+    missing: list[str] = Field(
+        default_factory=list, description="fields the source did not report (a partial paste)"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+#: The facts an environment report can carry, in EnvFacts' order (what ``missing`` may list).
+ENV_FACT_FIELDS: tuple[str, ...] = tuple(
+    name for name in EnvFacts.model_fields if name not in ("source", "missing", "notes")
+)
+
+
+# --- Check results ---------------------------------------------------------------------------------
+
+
+class CheckStatus(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_CONFIGURED = "not_configured"
+    DISABLED = "disabled"
+    ERROR = "error"  # the check itself could not run (timeout, crash, bad config)
+    CANCELLED = "cancelled"
+
+
+class Level(StrEnum):
+    NOTICE = "notice"
+    WARNING = "warning"
+    FAILURE = "failure"
+
+
+class Finding(Model):
+    """A file-and-line finding; becomes a check-run annotation."""
+
+    path: str
+    line: int = Field(ge=1)
+    end_line: int | None = None
+    level: Level = Level.WARNING
+    title: str = ""
+    message: str
+
+
+class HookStatus(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class HookResult(Model):
+    id: str
+    name: str
+    status: HookStatus
+    files_modified: bool = False
+    output: str = ""
+
+
+class PrecommitResult(Model):
+    status: CheckStatus
+    hooks: list[HookResult] = Field(default_factory=list)
+    fix_command: str | None = None
+    diff: str = ""
+    output: str = ""
+    message: str = ""
+
+
+class DocstringResult(Model):
+    status: CheckStatus
+    style: str | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    checked: int = Field(0, description="how many changed public objects were checked")
+    message: str = ""
+
+
+class SelectedTest(Model):
+    nodeid: str
+    reasons: list[str]
+
+
+class Selection(Model):
+    tests: list[SelectedTest] = Field(default_factory=list)
+    whole_suite: bool = False
+    whole_suite_reasons: list[str] = Field(default_factory=list)
+    total_tests: int | None = Field(None, description="size of the whole suite, when known")
+    budget_dropped: list[str] = Field(default_factory=list, description="cut by the budget")
+
+
+class TestOutcome(StrEnum):
+    __test__ = False  # not a pytest class
+    PASSED = "passed"
+    FAILED = "failed"
+    FLAKY = "flaky"  # failed, then passed on a rerun
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+class TestCaseResult(Model):
+    __test__ = False
+    nodeid: str
+    outcome: TestOutcome
+    duration_s: float = 0.0
+    message: str = Field("", description="the first lines of the error")
+    attempts: int = 1
+    repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
+
+
+class TestsResult(Model):
+    __test__ = False
+    status: CheckStatus
+    selection: Selection = Field(default_factory=Selection)
+    results: list[TestCaseResult] = Field(default_factory=list)
+    message: str = ""
+    output: str = ""
+
+    def count(self, outcome: TestOutcome) -> int:
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+
+class ParityVerdict(StrEnum):
+    MATCH = "match"
+    DIFFERS = "differs"
+    UNKNOWN = "unknown"
+
+
+class ParityRow(Model):
+    field: str
+    label: str
+    reference: str | None = None
+    this_run: str | None = None
+    contributor: str | None = None
+    verdict: ParityVerdict
+    """Compared between the CI reference and this run (and the contributor where pasted)."""
+    contributor_verdict: ParityVerdict = ParityVerdict.UNKNOWN
+
+
+class AdviceKind(StrEnum):
+    """What a line of parity advice is about, so a renderer can pick lines without reading them."""
+
+    PASTE = "paste"  # no environment was pasted: how to paste one
+    BACKEND = "backend"  # the contributor ran another kind of build (CPU, ROCm, CUDA) than CI
+    DIFFERENCE = "difference"  # one decisive field differs from CI's
+    OTHER_DIFFERENCES = "other_differences"  # the rest of the fields that differ, in one line
+    DRIFT = "drift"  # this run differs from the pinned CI reference
+    NOTE = "note"  # advice stored before advice had kinds
+
+
+class Advice(Model):
+    kind: AdviceKind
+    text: str
+
+
+class ParityReport(Model):
+    rows: list[ParityRow] = Field(default_factory=list)
+    advice: list[Advice] = Field(default_factory=list)
+    contributor_pasted: bool = False
+
+    @field_validator("advice", mode="before")
+    @classmethod
+    def _plain_strings_of_older_reports(cls, value: Any) -> Any:
+        """Reports stored before advice had kinds hold plain strings; they are kept, as notes."""
+        if not isinstance(value, list):
+            return value
+        return [{"kind": AdviceKind.NOTE, "text": v} if isinstance(v, str) else v for v in value]
+
+
+class RfcItem(Model):
+    text: str
+    done: bool = False
+
+
+class RfcReport(Model):
+    triggered: bool
+    reasons: list[str] = Field(default_factory=list)
+    items: list[RfcItem] = Field(default_factory=list)
+    rfc_link: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return all(item.done for item in self.items)
+
+
+# --- The run ---------------------------------------------------------------------------------------
+
+
+class RunState(StrEnum):
+    """Job lifecycle: ``queued → running → succeeded | failed | cancelled``.
+
+    A run stopped on request (a new push, the PR closed), whether it was waiting or running, is
+    ``cancelled``: users and check runs see no difference between the two. A run whose worker died
+    is requeued at the next start, or ``failed`` with the reason after ``max_attempts``. A job
+    engine's own states (procrastinate's ``aborted`` for a running job stopped on request, say)
+    map onto these.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class RunScope(StrEnum):
+    SELECTED = "selected"  # the targeted selection
+    FAILED = "failed"  # only the tests that failed last time
+    ALL = "all"  # the whole suite
+
+
+class RunKind(StrEnum):
+    PULL_REQUEST = "pull_request"  # the checks of a PR head
+    BASELINE = "baseline"  # the default branch: CI reference probe and per-test coverage map
+
+
+class RunRequest(Model):
+    """What a job asks the pipeline to do; stored as the job's payload."""
+
+    kind: RunKind = RunKind.PULL_REQUEST
+    installation_id: int | None = None
+    repo: str = Field(description="owner/name")
+    clone_url: str
+    pr_number: int | None = None
+    head_sha: str
+    head_ref: str | None = None
+    base_ref: str | None = None
+    base_sha: str | None = None
+    environment: str | None = Field(None, description="environment name; None = decided by config")
+    scope: RunScope = RunScope.SELECTED
+    only_tests: list[str] = Field(default_factory=list, description="node ids for scope=failed")
+    pr_body: str = ""
+    labels: list[str] = Field(default_factory=list)
+    trigger: str = Field("", description="what caused the run, for the report")
+    comment_id: int | None = Field(None, description="the /retest-gpu comment, for its reaction")
+    config: RepoConfig | None = Field(None, description="the repo config read when the run was asked for")
+    author_trusted: bool = Field(
+        False,
+        description="the PR's author is trusted by the config's rules; false when the run was "
+        "allowed only by a maintainer's approval of the commit",
+    )
+
+    @property
+    def code_trusted(self) -> bool:
+        """Whether the code is the project's own: a trusted author's PR, or the default branch."""
+        return self.kind == RunKind.BASELINE or self.author_trusted
+
+
+class RunReport(Model):
+    run_id: str
+    repo: str
+    pr_number: int | None = None
+    head_sha: str
+    base_sha: str | None = None
+    environment: str = "default"
+    image: str | None = None
+    image_digest: str | None = None
+    image_ref: str | None = Field(
+        None, description="how repro commands name the image: repo@sha256:… or the image id"
+    )
+    runner: str = Field("", description="host or docker; empty when no runner was started")
+    runner_reason: str = ""
+    networked_steps: list[str] = Field(
+        default_factory=list,
+        description="steps that ran the pull request's code with network, as the base branch's config allowed",
+    )
+    state: RunState = RunState.RUNNING
+    error: str | None = Field(None, description="why the run itself broke, if it did")
+    refused: bool = Field(
+        False, description="no runner was allowed to take the run (``error`` says why): a setting to fix"
+    )
+    probe: EnvFacts | None = None
+    precommit: PrecommitResult | None = None
+    docstrings: DocstringResult | None = None
+    tests: TestsResult | None = None
+    parity: ParityReport | None = None
+    rfc: RfcReport | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -1,0 +1,176 @@
+"""How both surfaces (the sticky comment and the check runs) say the same things.
+
+Counts, collapsible sections, the line that says where and what ran, a failing test's headline,
+a hook's label, a docstring finding, the parity table and the selection's summary: written once,
+so the comment and the check runs never describe one run in two ways.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+
+from bot.core import limits
+from bot.core.models import (
+    Finding,
+    HookResult,
+    ParityReport,
+    ParityRow,
+    ParityVerdict,
+    RunReport,
+    Selection,
+    TestCaseResult,
+)
+from bot.render import markdown as md
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    return f"{count:,} {singular if count == 1 else (plural or singular + 's')}"
+
+
+def details(summary: str, body: str, *, open_: bool = False) -> str:
+    """A collapsible section; ``summary`` is HTML (GitHub does not render Markdown inside it)."""
+    return (
+        f"<details{' open' if open_ else ''}>\n<summary>{summary}</summary>\n\n{body.strip()}\n\n</details>"
+    )
+
+
+def short_sha(sha: str) -> str:
+    return sha[:7]
+
+
+def short_image(report: RunReport) -> str | None:
+    """The image as people recognise it: repository and a 12-digit digest prefix."""
+    ref = report.image_ref or report.image
+    if not ref:
+        return None
+    name, sep, digest = ref.partition("@sha256:")
+    return f"{name}@sha256:{digest[:12]}" if sep else ref
+
+
+def duration(report: RunReport) -> str | None:
+    if report.started_at is None or report.finished_at is None:
+        return None
+    return seconds(report.finished_at, report.started_at)
+
+
+def seconds(end: datetime, start: datetime) -> str:
+    total = max(0, int((end - start).total_seconds()))
+    minutes, seconds = divmod(total, 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def first_lines(text: str, lines: int, chars: int) -> str:
+    return limits.truncate_lines(text.strip("\n"), lines, chars)
+
+
+# pytest marks the exception's own lines with "E"; the first one names it.
+_PYTEST_E_LINE = re.compile(r"^E\s+(?P<text>\S.*)$", re.MULTILINE)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?P<text>[\w.]*(?:Error|Exception|Failed|Interrupt|Exit)\b.*)$", re.MULTILINE)
+
+
+def error_headline(message: str) -> str:
+    """The one line that says what went wrong: pytest's first ``E`` line, else an exception line."""
+    for pattern in (_PYTEST_E_LINE, _EXCEPTION_LINE):
+        m = pattern.search(message)
+        if m:
+            return m["text"].strip()
+    return next((line.strip() for line in message.splitlines() if line.strip()), "")
+
+
+def capitalised(line: str) -> str:
+    """Upper-case the first letter after the leading emoji: a heading reads as a sentence."""
+    return re.sub(r"^(\W*)(\w)", lambda m: m[1] + m[2].upper(), line, count=1)
+
+
+def one_line(text: str, width: int = 120) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def about_line(report: RunReport, check_run_url: str | None) -> str:
+    where = f"as of commit {md.code(short_sha(report.head_sha))}"
+    image = short_image(report)
+    if report.runner == "host":
+        reason = f": {md.prose(report.runner_reason)}" if report.runner_reason else ""
+        where += f" on the runner's host (environment {md.code(report.environment)}{reason})"
+    elif image is not None:
+        where += f" in image {md.code(image)} (environment {md.code(report.environment)})"
+    else:
+        where += f" (environment {md.code(report.environment)}, no runner started)"
+    if report.networked_steps:
+        where += f" · network allowed for {md.prose(', '.join(report.networked_steps))}"
+    took = duration(report)
+    if took:
+        where += f" · took {took}"
+    if check_run_url:
+        where += f" · [details]({check_run_url})"
+    return f"<sub>{where}</sub>"
+
+
+def hook_label(hook: HookResult, *, in_table: bool = False) -> str:
+    """The hook's name, and its id (what ``SKIP=`` and the config use) when that differs."""
+    label = f"**{md.text(hook.name)}**"
+    return label if hook.name == hook.id else f"{label} {md.code(hook.id, in_table=in_table)}"
+
+
+def indented(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def failure_name_line(result: TestCaseResult) -> str:
+    headline = error_headline(result.message)
+    return f"- {md.code(result.nodeid)}" + (f": {md.prose(one_line(headline, 160))}" if headline else "")
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.path, f.line, f.title, f.message))
+
+
+def finding_line(f: Finding) -> str:
+    title = f"**{md.text(f.title)}**: " if f.title else ""
+    return f"- {md.code(f'{f.path}:{f.line}')} — {title}{md.prose(one_line(f.message, 300))}"
+
+
+def parity_differences(parity: ParityReport) -> list[ParityRow]:
+    return [
+        r
+        for r in parity.rows
+        if r.verdict == ParityVerdict.DIFFERS or r.contributor_verdict == ParityVerdict.DIFFERS
+    ]
+
+
+def parity_icon(row: ParityRow) -> str:
+    if ParityVerdict.DIFFERS in (row.verdict, row.contributor_verdict):
+        return "❌"
+    return "✅" if row.verdict == ParityVerdict.MATCH else "❔"
+
+
+def parity_compared(parity: ParityReport) -> int:
+    """How many fields were compared at all: known to CI and this run, or to this run and you."""
+    unknown = ParityVerdict.UNKNOWN
+    return sum(1 for r in parity.rows if r.verdict != unknown or r.contributor_verdict != unknown)
+
+
+def parity_table(parity: ParityReport) -> str:
+    rows = ["| Field | CI reference | this run | yours | |", "|---|---|---|---|:-:|"]
+    for r in parity.rows:
+        rows.append(
+            f"| {md.cell(r.label)} | {md.cell(r.reference)} | {md.cell(r.this_run)} | {md.cell(r.contributor)} "
+            f"| {parity_icon(r)} |"
+        )
+    return "\n".join(rows)
+
+
+def selection_summary(selection: Selection) -> str:
+    ran = len(selection.tests)
+    if selection.whole_suite:
+        size = f" ({selection.total_tests:,} tests)" if selection.total_tests else ""
+        return f"🎯 Tests: the whole suite{size}"
+    if selection.total_tests:
+        skipped = max(0, selection.total_tests - ran)
+        return f"🎯 Tests: {ran:,} of {selection.total_tests:,} selected ({skipped:,} skipped as unaffected)"
+    return f"🎯 Tests: {counted(ran, 'test')} selected"

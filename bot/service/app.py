@@ -1,0 +1,158 @@
+"""`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
+
+Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
+then the dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass
+
+import aiohttp
+import structlog
+from aiohttp import web
+from gidgethub import sansio
+
+from bot.service.dispatcher import Dispatcher
+from bot.service.executor import RunExecutor
+from bot.service.github import GitHubApp
+from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.scheduler import Scheduler
+from bot.service.settings import Settings
+from bot.service.store.protocol import Store
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.web import create_web_app
+from bot.service.worker import WorkerPool
+from handlers.context import HandlerContext
+from handlers.routing import router
+from runner.backends.base import RunnerFactory
+from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
+from runner.backends.docker import remove_orphans
+
+log = structlog.get_logger(__name__)
+
+ENGINE_FIX = (
+    "runs fail until the engine is reachable: in deploy/docker-compose.yml, mount the engine's "
+    "socket (DOCKER_SOCKET) and set DOCKER_GID to its group (stat -c %g /var/run/docker.sock); "
+    "elsewhere, point DOCKER_HOST at the engine"
+)
+
+
+def service_policy(settings: Settings) -> RunnerPolicy:
+    """How `serve` chooses each run's runner: the container engine unless the operator said host."""
+    return RunnerPolicy(
+        mode=settings.runner,
+        host="trusted-code-only" if settings.allow_host_runner == "trusted-code-only" else "never",
+        default_image=settings.default_image,
+        redact=settings.service_secrets(),
+    )
+
+
+def check_engine_at_startup(settings: Settings) -> None:
+    """Say loudly what will go wrong before the first run does; remove containers of dead runs."""
+    if settings.runner == "host":
+        log.warning(
+            "host runner: pull requests by trusted authors and default-branch runs execute on this "
+            "machine without a container; other runs are refused"
+        )
+        return
+    engine, client = check_engine()
+    if client is None:
+        log.error("container engine unreachable", where=engine.where, error=engine.error, fix=ENGINE_FIX)
+        return
+    try:
+        removed = remove_orphans(client)
+    finally:
+        client.close()
+    if removed:
+        log.warning("orphaned containers removed", count=removed)
+    if settings.default_image is None:
+        log.info("no PARITYBOT_DEFAULT_IMAGE: runs of environments that name no image will fail, saying so")
+
+
+@dataclass
+class Service:
+    """Everything `serve` runs, so tests can start and stop the same thing in-process."""
+
+    settings: Settings
+    store: Store
+    dispatcher: Dispatcher
+    workers: WorkerPool
+    session: aiohttp.ClientSession
+    app: GitHubApp
+    web_app: web.Application
+
+    async def stop(self) -> None:
+        await self.dispatcher.stop()
+        await self.workers.stop()
+        await self.session.close()
+        self.store.close()
+
+
+async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
+    settings.require_serving()
+    db_path = settings.sqlite_path
+    store = SQLiteStore(db_path)
+    requeued, failed = store.recover(settings.max_attempts)
+    if requeued or failed:
+        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    await asyncio.to_thread(check_engine_at_startup, settings)
+    session = aiohttp.ClientSession()
+    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    locks = PrLocks()
+    executor = RunExecutor(
+        store,
+        runner or runner_factory(service_policy(settings)),
+        workspace_root=settings.workspace_root,
+        cache_root=settings.cache_root,
+        app=app,
+        locks=locks,
+    )
+    workers = WorkerPool(store, executor, concurrency=settings.workers)
+    assert settings.webhook_secret is not None  # require_serving() checked it
+    recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
+
+    async def context_for(event: sansio.Event) -> HandlerContext:
+        installation = (event.data.get("installation") or {}).get("id")
+        bot_login = await app.bot_login()
+        gh = await app.client(int(installation)) if installation else None
+        reporter = GitHubReporter(gh, store, locks, bot_login) if gh is not None else None
+        return HandlerContext(
+            gh=gh,
+            store=store,
+            reporter=reporter,
+            scheduler=Scheduler(store, locks, reporter, wake=workers.wake),
+            installation_id=int(installation) if installation else None,
+            bot_login=bot_login,
+        )
+
+    dispatcher = Dispatcher(store, router, context_for, wake=recorded)
+    web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
+    return Service(settings, store, dispatcher, workers, session, app, web_app)
+
+
+async def start_service(service: Service) -> None:
+    service.workers.start()
+    service.dispatcher.start()
+
+
+async def serve(settings: Settings) -> None:
+    service = await build_service(settings)
+    await start_service(service)
+    runner = web.AppRunner(service.web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    log.info("serving", host=settings.host, port=settings.port, api=settings.github_api_url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await runner.cleanup()
+    await service.stop()

@@ -1,0 +1,160 @@
+"""The service's own settings: environment variables ``PARITYBOT_*`` and an optional file.
+
+These are the admin's settings (App id, key, secret, where the database is). The repository's
+settings live in ``.github/paritybot.yml`` (see :mod:`bot.core.config`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+KEY_LINE_MIN_LEN = 16
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message names it in one line."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PARITYBOT_",
+        env_file=None,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    app_id: int | None = Field(None, description="the GitHub App's id")
+    private_key: SecretStr | None = Field(None, description="the App's PEM private key, as text")
+    private_key_path: Path | None = Field(None, description="a file holding the App's PEM private key")
+    webhook_secret: SecretStr | None = Field(None, description="the webhook secret set on the App")
+    github_api_url: str = Field("https://api.github.com", description="REST API base URL (GHES: …/api/v3)")
+    database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH")
+    runner: Literal["docker", "host"] = Field(
+        "docker",
+        description="docker: every run in a container of its environment's image, never on the host; "
+        "host: trusted code on this machine, only with PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only",
+    )
+    allow_host_runner: Literal["trusted-code-only"] | None = Field(
+        None,
+        description="with runner=host: runs of PRs by trusted authors and of the default branch "
+        "run on this machine, without a container; any other run is refused",
+    )
+    default_image: str | None = Field(
+        None, description="the image of environments that name none; unset: such runs fail, saying so"
+    )
+    host: str = Field("0.0.0.0", description="bind address of `serve`")
+    port: int = Field(8080, ge=1, le=65535)
+    workers: int = Field(2, ge=1, le=64, description="runs executed at once by this process")
+    workspace_root: Path = Field(Path("/tmp/paritybot/workspaces"), description="where runs check out code")
+    cache_root: Path = Field(Path("/tmp/paritybot/cache"), description="coverage maps, hook caches")
+    max_attempts: int = Field(2, ge=1, le=10, description="tries of a job interrupted by a crash")
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("github_api_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _no_auto(cls, v: object) -> object:
+        if v == "auto":
+            raise ValueError(
+                "'auto' is no longer accepted: it ran pull requests on this machine whenever the "
+                "engine was unreachable; use docker (the default), or host with "
+                "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only"
+            )
+        return v
+
+    @field_validator("allow_host_runner", "default_image", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        # Compose passes `${X:-}` as an empty string for a setting left out of .env.
+        return None if v == "" else v
+
+    @field_validator("database_url")
+    @classmethod
+    def _db(cls, v: str) -> str:
+        if not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must be sqlite:///PATH or postgresql://…")
+        return v
+
+    @model_validator(mode="after")
+    def _one_key(self) -> Settings:
+        if self.private_key is not None and self.private_key_path is not None:
+            raise ValueError("set PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH, not both")
+        return self
+
+    @property
+    def sqlite_path(self) -> Path:
+        if not self.database_url.startswith("sqlite:///"):
+            raise SettingsError(
+                "PARITYBOT_DATABASE_URL: PostgreSQL needs the multi-host backend, not in this build"
+            )
+        return Path(self.database_url.removeprefix("sqlite:///"))
+
+    def private_key_text(self) -> str:
+        """The PEM text, read from the file when a path is given."""
+        if self.private_key is not None:
+            return self.private_key.get_secret_value()
+        if self.private_key_path is None:
+            raise SettingsError("PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH: not set")
+        try:
+            return self.private_key_path.read_text()
+        except OSError as exc:
+            raise SettingsError(
+                f"PARITYBOT_PRIVATE_KEY_PATH: cannot read {self.private_key_path}: {exc.strerror}"
+            ) from None
+
+    def require_serving(self) -> None:
+        """`serve` fails closed: no secret, no App credentials → no service."""
+        if self.webhook_secret is None or not self.webhook_secret.get_secret_value():
+            raise SettingsError("PARITYBOT_WEBHOOK_SECRET: not set; refusing to accept unsigned webhooks")
+        if self.app_id is None:
+            raise SettingsError("PARITYBOT_APP_ID: not set")
+        key = self.private_key_text()
+        if "PRIVATE KEY" not in key:
+            raise SettingsError("PARITYBOT_PRIVATE_KEY: not a PEM private key")
+        self.sqlite_path  # noqa: B018 - raises for unsupported database URLs
+        if self.runner == "host" and self.allow_host_runner != "trusted-code-only":
+            raise SettingsError(
+                "PARITYBOT_RUNNER=host: refusing to start without "
+                "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only (the host runner gives the code it "
+                "runs this machine's files, network and the service's rights)"
+            )
+
+    def service_secrets(self) -> tuple[str, ...]:
+        """Values no run's output may show: the webhook secret, the private key and its lines."""
+        secrets = [self.webhook_secret.get_secret_value()] if self.webhook_secret else []
+        try:
+            key = self.private_key_text()
+        except SettingsError:
+            key = ""
+        if key.strip():
+            # A key printed in pieces is still a key: each of its lines is a secret too (a short
+            # last line is left out, so ordinary text is not blanked out).
+            lines = (line.strip() for line in key.splitlines() if "-----" not in line)
+            secrets += [key.strip(), *(line for line in lines if len(line) >= KEY_LINE_MIN_LEN)]
+        return tuple(s for s in secrets if s)
+
+
+def load_settings(env_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings, turning pydantic's errors into one line that names the variable."""
+    try:
+        if env_file is not None:
+            if not env_file.is_file():
+                raise SettingsError(f"settings file {env_file}: not found")
+            return Settings(_env_file=env_file, **overrides)
+        return Settings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "_".join(str(p) for p in err["loc"]).upper()
+        where = f"PARITYBOT_{name}" if name else "settings"
+        raise SettingsError(f"{where}: {err['msg']}") from None

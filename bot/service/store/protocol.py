@@ -1,0 +1,104 @@
+"""The store and queue, as the service uses it: one protocol, whatever the backend.
+
+The service types against :class:`Store` only; ``bot.service.app`` picks the backend (today the
+embedded SQLite one, :mod:`bot.service.store.sqlite`; a PostgreSQL one for several hosts comes
+next). Everything here is backend-neutral: plain values and the records of
+:mod:`bot.service.store.records` in, the same out. Calls are synchronous and short; async callers
+run them with ``asyncio.to_thread``. Each method is one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+
+
+class StoreError(Exception):
+    """The database cannot be used by this code (newer than it, or a schema it does not know);
+    the message says why in one line, and what to do."""
+
+
+class Store(Protocol):
+    def close(self) -> None: ...
+
+    # deliveries: committed before the 202, dispatched afterwards ---------------------------------
+
+    def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
+        """Commit a delivery durably; False when its id was already recorded (a redelivery)."""
+        ...
+
+    def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
+        """Deliveries still ``received`` and due (past their retry delay), oldest first."""
+        ...
+
+    def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
+        """Its handlers finished (``dispatched``) or gave up (``failed``, with the error)."""
+        ...
+
+    def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
+        """Count a failed attempt; the delivery is pending again once ``delay_s`` has passed."""
+        ...
+
+    def delivery_status(self, delivery_id: str) -> DeliveryStatus | None: ...
+    def delivery_count(self) -> int: ...
+    def delivery_status_count(self, status: DeliveryStatus) -> int: ...
+
+    # installations -------------------------------------------------------------------------------
+
+    def record_installation(self, installation_id: int, account: str, action: str) -> None: ...
+    def installation(self, installation_id: int) -> tuple[str, str] | None:
+        """(account, last action) of an installation the App was told about."""
+        ...
+
+    # jobs: one run of one PR head in one environment ---------------------------------------------
+
+    def enqueue(self, request: RunRequest, environment: str, dedupe_key: str) -> Job | None:
+        """Insert a queued job; None when a job with the same dedupe key exists (idempotency)."""
+        ...
+
+    def claim(self, queues: list[str] | None = None) -> Job | None:
+        """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
+        ...
+
+    def get_job(self, job_id: str) -> Job | None: ...
+    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None: ...
+    def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None: ...
+
+    def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
+        """Cancel the PR's queued jobs and flag its running ones (not those of ``keep_sha``)."""
+        ...
+
+    def is_cancel_requested(self, job_id: str) -> bool: ...
+    def queue_position(self, job_id: str) -> int | None:
+        """1 for the next job of its queue to start; None when it is not queued."""
+        ...
+
+    def recover(self, max_attempts: int) -> tuple[int, int]:
+        """After a crash: running jobs are requeued, or failed past max_attempts. (requeued, failed)"""
+        ...
+
+    def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
+        """Every job of the PR, oldest first."""
+        ...
+
+    def jobs_in_state(self, state: RunState) -> list[Job]:
+        """Every job in ``state``, oldest first."""
+        ...
+
+    def report(self, job_id: str) -> RunReport | None: ...
+
+    # pull requests -------------------------------------------------------------------------------
+
+    def pull_state(self, repo: str, pr_number: int) -> PullState: ...
+    def save_pull_state(self, state: PullState) -> None: ...
+    def add_approval(self, repo: str, pr_number: int, sha: str, approver: str) -> None: ...
+    def approvals(self, repo: str, pr_number: int) -> list[tuple[str, str]]:
+        """(head SHA, approver) pairs: who asked for a run of which commit."""
+        ...
+
+    # the CI reference: the probe of an environment on the default branch -------------------------
+
+    def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...
+    def baseline(self, repo: str, environment: str) -> EnvFacts | None: ...

@@ -1,0 +1,73 @@
+"""The records the store keeps: webhook deliveries, jobs (runs) and what the bot remembers of a PR."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from bot.core.models import RunReport, RunRequest, RunState
+
+
+class DeliveryStatus(StrEnum):
+    """``received`` until its handlers finished (``dispatched``) or gave up (``failed``)."""
+
+    RECEIVED = "received"
+    DISPATCHED = "dispatched"
+    FAILED = "failed"
+
+
+class Delivery(BaseModel):
+    """A webhook delivery committed before its 202, waiting for (or done with) its handlers."""
+
+    delivery_id: str
+    event: str
+    body: bytes
+    received_at: datetime
+    attempts: int = 0
+
+
+class Job(BaseModel):
+    """A run of the pipeline for one PR head SHA in one environment."""
+
+    id: str = Field(description="the run id: job id and run id are the same thing")
+    queue: str = Field(description="environment label; a runner agent serves one or more queues")
+    repo: str
+    pr_number: int | None
+    head_sha: str
+    environment: str
+    request: RunRequest
+    state: RunState
+    attempts: int = 0
+    check_runs: dict[str, int] = Field(default_factory=dict, description="check kind → check run id")
+    cancel_requested: bool = False
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+    def report_without_results(self, state: RunState, error: str) -> RunReport:
+        """The report of a run that ended before producing results (cancelled, broken)."""
+        return RunReport(
+            run_id=self.id,
+            repo=self.repo,
+            pr_number=self.pr_number,
+            head_sha=self.head_sha,
+            environment=self.environment,
+            state=state,
+            error=error,
+        )
+
+
+class PullState(BaseModel):
+    """What the bot remembers about one PR between events."""
+
+    repo: str
+    pr_number: int
+    comment_id: int | None = None
+    comment_body_hash: str | None = Field(None, description="skip identical rewrites of the comment")
+    last_verdict: str | None = None
+    failed_tests: dict[str, list[str]] = Field(
+        default_factory=dict, description="environment → node ids that failed in its last run"
+    )

@@ -1,0 +1,352 @@
+"""The embedded store and queue: one SQLite file in WAL mode, and every query it runs.
+
+One connection guarded by a lock serves the whole process, the webhook intake included: its one
+INSERT per delivery waits for the disk, not for the lock (see docs/intake.md). The schema is the
+numbered files of ``migrations/``, applied at start-up (:mod:`bot.service.store.sqlite_schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+from bot.service.store.sqlite_schema import migrate
+
+_ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the settings every user of the file needs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # FULL: a commit is on disk when it returns; the webhook answers 202 only after its commit.
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+class SQLiteStore:
+    """:class:`bot.service.store.protocol.Store` on one SQLite file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._conn = connect(path)
+        self._lock = threading.Lock()
+        try:
+            self.schema_version = migrate(self._conn, path)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            cur = self._conn.execute(sql, args)
+            cur.row_factory = sqlite3.Row
+            return cur.fetchall()
+
+    # deliveries -----------------------------------------------------------------------------------
+
+    def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
+        """Commit a delivery; False for a redelivery (its id is known), which changes nothing."""
+        with self._lock:
+            # One statement in autocommit mode: its own transaction, durable when it returns.
+            cur = self._conn.execute(
+                "INSERT INTO deliveries (delivery_id, event, body, received_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(delivery_id) DO NOTHING",
+                (delivery_id, event, body, _now()),
+            )
+            return cur.rowcount == 1
+
+    def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
+        rows = self._query(
+            "SELECT delivery_id, event, body, received_at, attempts FROM deliveries "
+            "WHERE status = 'received' AND (not_before IS NULL OR not_before <= ?) ORDER BY rowid LIMIT ?",
+            (_now(), limit),
+        )
+        return [
+            Delivery(
+                delivery_id=r["delivery_id"],
+                event=r["event"],
+                body=r["body"],
+                received_at=datetime.fromisoformat(r["received_at"]),
+                attempts=r["attempts"],
+            )
+            for r in rows
+        ]
+
+    def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
+        with self._tx() as c:
+            c.execute(
+                "UPDATE deliveries SET status = ?, error = ?, attempts = attempts + 1 WHERE delivery_id = ?",
+                (status.value, error, delivery_id),
+            )
+
+    def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
+        """Count a failed attempt; the delivery is pending again once ``delay_s`` has passed."""
+        not_before = (datetime.now(UTC) + timedelta(seconds=delay_s)).isoformat()
+        with self._tx() as c:
+            c.execute(
+                "UPDATE deliveries SET attempts = attempts + 1, error = ?, not_before = ? WHERE delivery_id = ?",
+                (error, not_before, delivery_id),
+            )
+
+    def delivery_status(self, delivery_id: str) -> DeliveryStatus | None:
+        rows = self._query("SELECT status FROM deliveries WHERE delivery_id = ?", (delivery_id,))
+        return DeliveryStatus(rows[0]["status"]) if rows else None
+
+    def delivery_count(self) -> int:
+        return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
+
+    def delivery_status_count(self, status: DeliveryStatus) -> int:
+        rows = self._query(
+            "SELECT count(*) AS n FROM deliveries WHERE status = ?", (DeliveryStatus(status).value,)
+        )
+        return int(rows[0]["n"])
+
+    # installations --------------------------------------------------------------------------------
+
+    def record_installation(self, installation_id: int, account: str, action: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO installations VALUES (?, ?, ?, ?) ON CONFLICT(installation_id) DO UPDATE "
+                "SET account = excluded.account, action = excluded.action, updated_at = excluded.updated_at",
+                (installation_id, account, action, _now()),
+            )
+
+    def installation(self, installation_id: int) -> tuple[str, str] | None:
+        rows = self._query(
+            "SELECT account, action FROM installations WHERE installation_id = ?", (installation_id,)
+        )
+        return (rows[0]["account"], rows[0]["action"]) if rows else None
+
+    # jobs -----------------------------------------------------------------------------------------
+
+    def enqueue(self, request: RunRequest, environment: str, dedupe_key: str) -> Job | None:
+        job_id = uuid.uuid4().hex[:16]
+        with self._tx() as c:
+            seq = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM jobs").fetchone()[0]
+            cur = c.execute(
+                "INSERT OR IGNORE INTO jobs (id, seq, queue, repo, pr_number, head_sha, environment, "
+                "request, dedupe_key, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    seq,
+                    environment,
+                    request.repo,
+                    request.pr_number,
+                    request.head_sha,
+                    environment,
+                    request.model_dump_json(),
+                    dedupe_key,
+                    RunState.QUEUED.value,
+                    _now(),
+                ),
+            )
+            if cur.rowcount == 0:
+                return None
+        return self.get_job(job_id)
+
+    def claim(self, queues: list[str] | None = None) -> Job | None:
+        where = "state = 'queued'"
+        args: tuple[object, ...] = ()
+        if queues:
+            where += f" AND queue IN ({','.join('?' * len(queues))})"
+            args = tuple(queues)
+        with self._tx() as c:
+            row = c.execute(f"SELECT id FROM jobs WHERE {where} ORDER BY seq LIMIT 1", args).fetchone()
+            if row is None:
+                return None
+            c.execute(
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ? WHERE id = ?",
+                (_now(), row[0]),
+            )
+        return self.get_job(row[0])
+
+    def get_job(self, job_id: str) -> Job | None:
+        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return self._job(rows[0]) if rows else None
+
+    @staticmethod
+    def _job(r: sqlite3.Row) -> Job:
+        def ts(v: str | None) -> datetime | None:
+            return datetime.fromisoformat(v) if v else None
+
+        return Job(
+            id=r["id"],
+            queue=r["queue"],
+            repo=r["repo"],
+            pr_number=r["pr_number"],
+            head_sha=r["head_sha"],
+            environment=r["environment"],
+            request=RunRequest.model_validate_json(r["request"]),
+            state=RunState(r["state"]),
+            attempts=r["attempts"],
+            check_runs=json.loads(r["check_runs"]),
+            cancel_requested=bool(r["cancel_requested"]),
+            created_at=datetime.fromisoformat(r["created_at"]),
+            started_at=ts(r["started_at"]),
+            finished_at=ts(r["finished_at"]),
+            error=r["error"],
+        )
+
+    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET check_runs = ? WHERE id = ?", (json.dumps(check_runs), job_id))
+
+    def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None:
+        with self._tx() as c:
+            c.execute(
+                "UPDATE jobs SET state = ?, finished_at = ?, error = ?, report = ? WHERE id = ?",
+                (state.value, _now(), error, report.model_dump_json() if report else None, job_id),
+            )
+
+    def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
+        with self._tx() as c:
+            rows = c.execute(
+                "SELECT id, state FROM jobs WHERE repo = ? AND pr_number = ? AND state IN (?, ?) "
+                "AND (? IS NULL OR head_sha != ?)",
+                (repo, pr_number, *_ACTIVE, keep_sha, keep_sha),
+            ).fetchall()
+            for job_id, state in rows:
+                if state == RunState.QUEUED.value:
+                    c.execute(
+                        "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = ? WHERE id = ?",
+                        (_now(), "superseded before it started", job_id),
+                    )
+                else:
+                    c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+        return [j for j in (self.get_job(job_id) for job_id, _ in rows) if j is not None]
+
+    def is_cancel_requested(self, job_id: str) -> bool:
+        rows = self._query("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
+        return bool(rows and rows[0]["cancel_requested"])
+
+    def queue_position(self, job_id: str) -> int | None:
+        rows = self._query(
+            "SELECT (SELECT count(*) FROM jobs o WHERE o.state = 'queued' AND o.queue = j.queue "
+            "AND o.seq <= j.seq) AS pos, j.state AS state FROM jobs j WHERE j.id = ?",
+            (job_id,),
+        )
+        if not rows or rows[0]["state"] != RunState.QUEUED.value:
+            return None
+        return int(rows[0]["pos"])
+
+    def recover(self, max_attempts: int) -> tuple[int, int]:
+        with self._tx() as c:
+            failed = c.execute(
+                "UPDATE jobs SET state = 'failed', finished_at = ?, "
+                "error = 'interrupted by a restart too many times' "
+                "WHERE state = 'running' AND attempts >= ?",
+                (_now(), max_attempts),
+            ).rowcount
+            requeued = c.execute(
+                "UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'"
+            ).rowcount
+        return requeued, failed
+
+    def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
+        rows = self._query(
+            "SELECT * FROM jobs WHERE repo = ? AND pr_number = ? ORDER BY seq", (repo, pr_number)
+        )
+        return [self._job(r) for r in rows]
+
+    def jobs_in_state(self, state: RunState) -> list[Job]:
+        return [
+            self._job(r)
+            for r in self._query("SELECT * FROM jobs WHERE state = ? ORDER BY seq", (state.value,))
+        ]
+
+    def report(self, job_id: str) -> RunReport | None:
+        rows = self._query("SELECT report FROM jobs WHERE id = ?", (job_id,))
+        if not rows or rows[0]["report"] is None:
+            return None
+        return RunReport.model_validate_json(rows[0]["report"])
+
+    # pull requests --------------------------------------------------------------------------------
+
+    def pull_state(self, repo: str, pr_number: int) -> PullState:
+        rows = self._query("SELECT * FROM pulls WHERE repo = ? AND pr_number = ?", (repo, pr_number))
+        if not rows:
+            return PullState(repo=repo, pr_number=pr_number)
+        r = rows[0]
+        return PullState(
+            repo=repo,
+            pr_number=pr_number,
+            comment_id=r["comment_id"],
+            comment_body_hash=r["comment_body_hash"],
+            last_verdict=r["last_verdict"],
+            failed_tests=json.loads(r["failed_tests"]),
+        )
+
+    def save_pull_state(self, state: PullState) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO pulls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(repo, pr_number) DO UPDATE SET "
+                "comment_id = excluded.comment_id, comment_body_hash = excluded.comment_body_hash, "
+                "last_verdict = excluded.last_verdict, failed_tests = excluded.failed_tests",
+                (
+                    state.repo,
+                    state.pr_number,
+                    state.comment_id,
+                    state.comment_body_hash,
+                    state.last_verdict,
+                    json.dumps(state.failed_tests),
+                ),
+            )
+
+    def add_approval(self, repo: str, pr_number: int, sha: str, approver: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO approvals VALUES (?, ?, ?, ?, ?)",
+                (repo, pr_number, sha, approver, _now()),
+            )
+
+    def approvals(self, repo: str, pr_number: int) -> list[tuple[str, str]]:
+        rows = self._query(
+            "SELECT sha, approver FROM approvals WHERE repo = ? AND pr_number = ?", (repo, pr_number)
+        )
+        return [(r["sha"], r["approver"]) for r in rows]
+
+    # baselines ------------------------------------------------------------------------------------
+
+    def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO baselines VALUES (?, ?, ?, ?) ON CONFLICT(repo, environment) DO UPDATE "
+                "SET facts = excluded.facts, updated_at = excluded.updated_at",
+                (repo, environment, facts.model_dump_json(), _now()),
+            )
+
+    def baseline(self, repo: str, environment: str) -> EnvFacts | None:
+        rows = self._query(
+            "SELECT facts FROM baselines WHERE repo = ? AND environment = ?", (repo, environment)
+        )
+        return EnvFacts.model_validate_json(rows[0]["facts"]) if rows else None

@@ -1,0 +1,86 @@
+"""The aiohttp application: `POST /webhook` and `GET /healthz`.
+
+The webhook handler checks, commits the delivery to the store and answers; it never runs work
+inside the request. A 202 means the delivery is committed (or was already: a redelivery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from bot.service.intake import MAX_BODY_BYTES, IntakeError, accept, check_transport
+from bot.service.store.protocol import Store
+
+log = structlog.get_logger(__name__)
+
+STORE_KEY = web.AppKey("store", Store)
+SECRET_KEY = web.AppKey("secret", str)
+ON_RECORDED_KEY: web.AppKey[Callable[[], None]] = web.AppKey("on_recorded")
+
+
+async def webhook(request: web.Request) -> web.Response:
+    try:
+        check_transport(request.headers)
+        body = await _read_body(request)
+        delivery = accept(request.headers, body, request.app[SECRET_KEY])
+    except IntakeError as exc:
+        return _rejected(request, exc.status, str(exc))
+    if delivery.event == "ping":
+        return web.json_response({"ok": True, "zen": "pong"})
+    try:
+        # One committed INSERT; a redelivery is dropped by its delivery id in the same statement.
+        # In a thread: the commit waits for the disk, the event loop must not.
+        new = await asyncio.to_thread(
+            request.app[STORE_KEY].record_delivery, delivery.delivery_id, delivery.event, delivery.body
+        )
+    except Exception:
+        log.exception("delivery not recorded", delivery_id=delivery.delivery_id)
+        return web.json_response({"error": "could not record the delivery; redeliver it"}, status=503)
+    if new:
+        request.app[ON_RECORDED_KEY]()
+    return web.Response(status=202, text="accepted")
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The body, read only up to the size limit (aiohttp stops at ``client_max_size``)."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise IntakeError(413, f"body over {MAX_BODY_BYTES} bytes") from None
+    except HttpProcessingError as exc:  # a malformed chunked body, seen after the handler started
+        raise IntakeError(400, f"malformed body: {str(exc.message)[:120]}") from None
+
+
+def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
+    log.warning(
+        "delivery rejected",
+        status=status,
+        reason=reason,
+        delivery_id=request.headers.get("X-GitHub-Delivery", "")[:128],
+    )
+    return web.json_response({"error": reason}, status=status)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_web_app(
+    secret: str, store: Store, on_recorded: Callable[[], None] = lambda: None
+) -> web.Application:
+    """The HTTP side only; ``on_recorded`` is called after each new delivery is committed."""
+    if not secret:
+        raise ValueError("a webhook secret is required")
+    # Bodies are never decoded by the server: a coded one is refused before it is read.
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args={"auto_decompress": False})
+    app[SECRET_KEY] = secret
+    app[STORE_KEY] = store
+    app[ON_RECORDED_KEY] = on_recorded
+    app.router.add_post("/webhook", webhook)
+    app.router.add_get("/healthz", healthz)
+    return app

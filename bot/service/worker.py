@@ -1,0 +1,103 @@
+"""The in-process worker pool: takes queued jobs from the store and executes them.
+
+Jobs are claimed in the store (``queued`` → ``running``) before they start, so a crash leaves a
+trace that the store's ``recover`` turns back into a queued job at the next
+start. Cancellation is a flag in the store, so the same mechanism works when the job runs on
+another host: the worker polls it and stops the pipeline within a second or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from bot.core.models import RunState
+from bot.service.store.protocol import Store
+from bot.service.store.records import Job
+
+log = structlog.get_logger(__name__)
+
+JobExecutor = Callable[[Job, asyncio.Event], Awaitable[None]]
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        store: Store,
+        execute: JobExecutor,
+        *,
+        concurrency: int = 2,
+        queues: list[str] | None = None,
+        poll_interval: float = 1.0,
+        cancel_poll_interval: float = 1.0,
+    ):
+        self._store = store
+        self._execute = execute
+        self._concurrency = concurrency
+        self._queues = queues
+        self._poll = poll_interval
+        self._cancel_poll = cancel_poll_interval
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.busy = 0  # jobs being executed right now
+
+    def wake(self) -> None:
+        """New work was queued; don't wait for the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._loop(), name=f"worker-{i}") for i in range(self._concurrency)
+        ]
+
+    async def stop(self) -> None:
+        """Stop taking jobs and abandon the running ones; they stay `running` for recovery."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            job = await asyncio.to_thread(self._store.claim, self._queues)
+            if job is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll)
+                continue
+            await self._run(job)
+
+    async def _run(self, job: Job) -> None:
+        cancel = asyncio.Event()
+        structlog.contextvars.bind_contextvars(run_id=job.id, repo=job.repo, pr=job.pr_number)
+        watcher = asyncio.create_task(self._watch_cancel(job.id, cancel))
+        self.busy += 1
+        try:
+            log.info("run started", environment=job.environment, head_sha=job.head_sha, attempt=job.attempts)
+            await self._execute(job, cancel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The executor records its own failures; this is the last line of defence (GitHub
+            # unreachable before the run could start, say), and the summary shows the error.
+            log.exception("run executor crashed")
+            error = f"the run could not be carried out: {type(exc).__name__}: {exc}"
+            await asyncio.to_thread(self._store.finish, job.id, RunState.FAILED, None, error)
+        finally:
+            self.busy -= 1
+            watcher.cancel()
+            structlog.contextvars.unbind_contextvars("run_id", "repo", "pr")
+
+    async def _watch_cancel(self, job_id: str, cancel: asyncio.Event) -> None:
+        while not cancel.is_set():
+            await asyncio.sleep(self._cancel_poll)
+            if await asyncio.to_thread(self._store.is_cancel_requested, job_id):
+                log.info("cancel requested")
+                cancel.set()

@@ -1,0 +1,173 @@
+"""The host runner: each step is a subprocess on the runner's own machine, with a timeout.
+
+It gives no isolation, so it is never a fallback: `serve` uses it only when the operator asks
+(``PARITYBOT_RUNNER=host`` with ``PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only``) and only for
+trusted code, and ``paritybot check`` on a developer's own checkout says when it runs here.
+
+What a step sees of this process's environment is an allow-list (:data:`PASSED_THROUGH`): the
+variables a shell and the tools need, never the service's settings, engine address or tokens.
+
+A step's ``network`` is not enforced here, and a store (``Step.store``) is a plain directory under
+``store_root`` (default: the user's cache directory), writable whatever the step asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+from bot.core.secrets import redact
+from runner.backends.base import RunnerInfo, Step, StepResult, ToolStore, cap_output
+from runner.backends.collect import collect_files, read_host_file
+
+log = structlog.get_logger(__name__)
+
+# Variables of this process that steps inherit; everything else (PARITYBOT_*, DOCKER_HOST, tokens,
+# cloud credentials) stays out of reach of the code under test. Besides what a shell needs, the
+# GPUs and libraries the machine's operator chose for its runs; an environment's `env:` adds more.
+PASSED_THROUGH = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "USER", "LOGNAME"),
+        *("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    }
+)
+PASSED_THROUGH_PREFIXES = ("LC_",)
+
+
+def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The allow-listed part of ``environ``."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in PASSED_THROUGH or key.startswith(PASSED_THROUGH_PREFIXES)
+    }
+
+
+def default_store_root() -> Path:
+    """Where stores live on the host: the user's cache directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paritybot" / "stores"
+
+
+class HostRunner:
+    def __init__(
+        self,
+        reason: str = "",
+        env: dict[str, str] | None = None,
+        output_limit: int = 200_000,
+        *,
+        redact: list[str] | tuple[str, ...] = (),
+        store_root: Path | None = None,
+    ):
+        env = dict(env or {})
+        # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
+        # paritybot, even when its virtual environment is not activated.
+        env.setdefault("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        self._info = RunnerInfo(kind="host", reason=reason, env=env)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._cancelled = False
+        self._output_limit = output_limit
+        self._secrets = [s for s in redact if s]
+        self._store_root = store_root or default_store_root()
+
+    @property
+    def info(self) -> RunnerInfo:
+        return self._info
+
+    async def prepare(self) -> None:
+        return None
+
+    async def run(self, step: Step, workspace: Path) -> StepResult:
+        if self._cancelled:
+            return StepResult(name=step.name, exit_code=None, cancelled=True)
+        if step.scratch:
+            # A fresh directory elsewhere: the step never has the pull request's files beside it.
+            with tempfile.TemporaryDirectory(prefix="paritybot-step-") as scratch:
+                return await self._run_in(step, Path(scratch))
+        return await self._run_in(step, workspace)
+
+    def _store_env(self, store: ToolStore | None) -> dict[str, str]:
+        if store is None:
+            return {}
+        path = self._store_root / store.key
+        path.mkdir(parents=True, exist_ok=True)
+        return {store.env: str(path)}
+
+    async def _run_in(self, step: Step, workspace: Path) -> StepResult:
+        for rel, text in step.inject.items():
+            target = workspace / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        env = {**minimal_environment(os.environ), **self._info.env, **step.env, **self._store_env(step.store)}
+        started = time.monotonic()
+        try:
+            # A new session, so a timeout or cancel kills the whole process group, not just its leader.
+            self._proc = await asyncio.create_subprocess_exec(
+                *step.argv,
+                cwd=workspace / step.workdir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return StepResult(
+                name=step.name, exit_code=None, error=f"{step.name}: could not start {step.argv[0]}: {exc}"
+            )
+        proc = self._proc
+        timed_out = False
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=step.timeout_s)
+        except TimeoutError:
+            timed_out = True
+            self._kill(proc)
+            out, _ = await proc.communicate()
+        except asyncio.CancelledError:
+            # The task running us was cancelled (shutdown): leave no process behind.
+            self._kill(proc)
+            await proc.wait()
+            raise
+        finally:
+            self._proc = None
+        duration = time.monotonic() - started
+        # Redacted before the cap, so no cut can leave half a secret behind.
+        text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
+        collected, refused = collect_files(
+            step.collect, lambda rel: self._read_collected(workspace, rel, step.collect_max_bytes)
+        )
+        log.debug("step finished", step=step.name, exit_code=proc.returncode, duration_s=round(duration, 3))
+        return StepResult(
+            name=step.name,
+            exit_code=proc.returncode,
+            output=text,
+            duration_s=duration,
+            timed_out=timed_out,
+            cancelled=self._cancelled and not timed_out,
+            collected=collected,
+            refused=refused,
+        )
+
+    def _read_collected(self, workspace: Path, rel: str, limit: int) -> str | None:
+        text = read_host_file(workspace, rel, limit)
+        return None if text is None else redact(text, self._secrets)
+
+    @staticmethod
+    def _kill(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    async def cancel(self) -> None:
+        self._cancelled = True
+        if self._proc is not None:
+            self._kill(self._proc)
+
+    async def close(self) -> None:
+        await self.cancel()

@@ -1,0 +1,305 @@
+"""Run the selected tests with pytest, rerun failures to tell flaky from failed, attach repro commands.
+
+Each attempt is one step: ``python -m pytest`` with a JUnit report in the scratch directory, the
+node-id plugin of :mod:`runner.checks.junit` injected with ``-p`` (no conftest is touched), no cache
+provider (the workspace stays as checked out), ``--continue-on-collection-errors`` (one broken test
+file must not hide the results of all others; its error becomes an ERROR result) and a per-test
+timeout when pytest-timeout is importable *in the target environment*, which the step itself checks.
+
+Node ids the suite no longer has (a stale selection, a ``/retest-gpu failed`` after a rename) make
+pytest refuse to run anything; they become ERROR results and the rest runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from bot.core.config import TestSettings
+from bot.core.models import TestCaseResult, TestOutcome
+from runner import gitdiff
+from runner.backends.base import SCRATCH_DIR, Runner, RunnerError, Step
+from runner.checks.junit import NODEID_PLUGIN, NODEID_PLUGIN_MODULE, JUnitCase, JUnitError, parse_junit
+from runner.checks.repro import ReproContext, repro_commands
+
+log = structlog.get_logger(__name__)
+
+JUNIT_PATH = f"{SCRATCH_DIR}/junit.xml"
+PLUGIN_PATH = f"{SCRATCH_DIR}/{NODEID_PLUGIN_MODULE}.py"
+# With runner.checks.junit.MAX_CASES, this keeps the bot under 400 MiB for one report (measured:
+# benchmarks/collect_memory.py); a real report of 64 MB is some 250,000 passing tests.
+JUNIT_MAX_BYTES = 64_000_000
+NO_TESTS_EXIT = 5
+USAGE_ERROR_EXIT = 4
+MAX_USAGE_RETRIES = 3
+
+# $1 per-test timeout, $2 JUnit path, then pytest's arguments. The plugin directory is put in front
+# of PYTHONPATH (not instead of it: images set their own).
+_SCRIPT = f"""
+timeout=$1 junit=$2
+shift 2
+py=python
+command -v python >/dev/null 2>&1 || py=python3
+rm -f "$junit"
+if "$py" -c 'import pytest_timeout' >/dev/null 2>&1; then
+  set -- "--timeout=$timeout" "$@"
+  if [ -n "$PYTEST_DISABLE_PLUGIN_AUTOLOAD" ]; then set -- -p pytest_timeout "$@"; fi
+fi
+PYTHONPATH="$PWD/{SCRATCH_DIR}${{PYTHONPATH:+:$PYTHONPATH}}" exec "$py" -m pytest "$@"
+"""
+
+_NOT_FOUND = re.compile(r"^ERROR: not found: (.+)$", re.MULTILINE)
+_NO_COLLECTORS = re.compile(r"^ERROR: found no collectors for (.+)$", re.MULTILINE)
+
+
+class TestRunError(RunnerError):
+    """pytest did not produce results (crash, timeout, usage error, nothing collected)."""
+
+    __test__ = False
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.output = output
+
+
+class NoTestsCollected(TestRunError):
+    """pytest exited with code 5: the selection or the suite holds no test."""
+
+
+def tests_step(
+    nodeids: list[str] | None,
+    settings: TestSettings,
+    junit_path: str = JUNIT_PATH,
+    timeout_s: float = 1800,
+    network: bool = False,
+    env: dict[str, str] | None = None,
+) -> Step:
+    """One pytest invocation; ``nodeids=None`` runs what the project's own configuration collects."""
+    args = [
+        *settings.pytest_args,
+        # Ours come after the project's options so that they win where both set the same option.
+        "-p",
+        NODEID_PLUGIN_MODULE,
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit_path}",
+        "-o",
+        "junit_family=xunit1",
+        "--continue-on-collection-errors",
+        "--color=no",
+        *(nodeids or []),
+    ]
+    return Step(
+        name="tests",
+        argv=["sh", "-c", _SCRIPT, "tests-step", str(settings.per_test_timeout_s), junit_path, *args],
+        env=dict(env or {}),
+        timeout_s=timeout_s,
+        network=network,
+        inject={PLUGIN_PATH: NODEID_PLUGIN},
+        collect=[junit_path],
+        collect_max_bytes=JUNIT_MAX_BYTES,
+    )
+
+
+@dataclass
+class _Attempt:
+    cases: list[JUnitCase]
+    missing: list[str]  # requested ids the suite does not have
+
+
+async def run_tests(
+    runner: Runner,
+    workspace: Path,
+    nodeids: list[str] | None,
+    settings: TestSettings,
+    repro: ReproContext,
+    *,
+    timeout_s: float = 1800,
+    network: bool = False,
+    env: dict[str, str] | None = None,
+) -> list[TestCaseResult]:
+    """Run ``nodeids`` (``None``: the whole suite), rerun failures, return one result per test.
+
+    Raises :class:`TestRunError` when pytest produced no results, :class:`NoTestsCollected` when
+    it collected nothing. A cancelled run returns the results it has so far.
+    """
+    if nodeids is not None and not nodeids:
+        return []
+    refused: list[TestCaseResult] = []
+    if nodeids is None:
+        ids = _whole_suite_paths(workspace, repro.head_sha, settings)
+    else:
+        ids, refused = _existing(workspace, repro.head_sha, nodeids)
+    told = set(ids) | {r.nodeid for r in refused}
+    missing = [] if nodeids is None else [n for n in nodeids if n not in told]
+    if nodeids is not None and not ids:
+        return refused + _finish([], missing, repro)
+
+    def step_for(ids: list[str] | None, junit: str) -> Step:
+        return tests_step(ids, settings, junit, timeout_s, network, env)
+
+    first = await _run_attempt(runner, workspace, step_for, ids or None, JUNIT_PATH, first=True)
+    if first is None:
+        return []
+    missing.extend(first.missing)
+    results = [_to_result(c) for c in first.cases]
+    for attempt in range(1, settings.reruns + 1):
+        failing = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        retry = [r.nodeid for r in failing if not _is_collection_error(r, first.cases)]
+        if not retry:
+            break
+        log.info("rerunning failed tests", attempt=attempt, count=len(retry))
+        junit = f"{SCRATCH_DIR}/junit-rerun-{attempt}.xml"
+        rerun = await _run_attempt(runner, workspace, step_for, retry, junit, first=False)
+        if rerun is None:
+            break
+        _merge_rerun(results, rerun.cases, set(retry), attempt)
+    return refused + _finish(results, missing, repro)
+
+
+async def _run_attempt(
+    runner: Runner,
+    workspace: Path,
+    step_for: Callable[[list[str] | None, str], Step],
+    ids: list[str] | None,
+    junit: str,
+    *,
+    first: bool,
+) -> _Attempt | None:
+    """One pytest run; retried when pytest refused node ids it cannot find. ``None``: cancelled."""
+    missing: list[str] = []
+    for _ in range(MAX_USAGE_RETRIES + 1):
+        result = await runner.run(step_for(ids, junit), workspace)
+        if result.cancelled:
+            return None
+        if result.error or result.timed_out or result.oom_killed or result.stopped_by_limit:
+            raise TestRunError(result.describe_failure(), result.output)
+        refused = result.refusal(junit, "the JUnit report")
+        if refused:
+            raise TestRunError(refused, result.output)
+        if result.exit_code == USAGE_ERROR_EXIT and ids:
+            gone, no_collectors = _unresolved(result.output, ids)
+            if gone or no_collectors:
+                missing.extend(gone)
+                # An id whose file fails to import: run the file, so its collection error is reported.
+                ids = _dedupe([i.split("::")[0] if i in no_collectors else i for i in ids if i not in gone])
+                if not ids:
+                    return _Attempt([], missing)
+                continue
+        if result.exit_code == NO_TESTS_EXIT and first:
+            raise NoTestsCollected(_no_tests_message(ids), result.output)
+        text = result.collected.get(junit)
+        if text is None:
+            raise TestRunError(
+                f"pytest exited with code {result.exit_code} and wrote no report:\n{_tail(result.output)}",
+                result.output,
+            )
+        try:
+            return _Attempt(parse_junit(text), missing)
+        except JUnitError as exc:
+            raise TestRunError(str(exc), result.output) from None
+    raise TestRunError(f"pytest kept refusing the node ids:\n{_tail(result.output)}", result.output)
+
+
+def _unresolved(output: str, ids: list[str]) -> tuple[list[str], list[str]]:
+    """Which requested ids pytest said it could not find; it prints them as absolute paths."""
+
+    def match(printed: list[str]) -> list[str]:
+        return [i for i in ids if any(p.strip() == i or p.strip().endswith("/" + i) for p in printed)]
+
+    return match(_NOT_FOUND.findall(output)), match(_NO_COLLECTORS.findall(output))
+
+
+# Whether a path exists is asked of the commit's tree, not of the checkout: a PR's symbolic link
+# there would make the bot stat (and pytest, on the host runner, read) a file of the host.
+
+
+def _whole_suite_paths(workspace: Path, rev: str, settings: TestSettings) -> list[str]:
+    """The configured test roots the commit has, as directories or regular files; none means the
+    project's own testpaths decide."""
+    entries = gitdiff.tree_entries(workspace, rev, [p.rstrip("/") for p in settings.paths])
+    return [
+        p
+        for p in settings.paths
+        if (e := entries.get(p.rstrip("/"))) is not None and (e.type == "tree" or e.refusal(None) is None)
+    ]
+
+
+def _existing(workspace: Path, rev: str, nodeids: list[str]) -> tuple[list[str], list[TestCaseResult]]:
+    """Ids whose file is a regular file of the commit (pytest stops at the first missing file
+    without naming the rest), and an error result for each id whose file is a link or a submodule."""
+    entries = gitdiff.tree_entries(workspace, rev, _dedupe([n.split("::")[0] for n in nodeids]))
+    found, refused = [], []
+    for n in nodeids:
+        entry = entries.get(n.split("::")[0])
+        reason = entry.refusal(None) if entry is not None else None
+        if entry is None:
+            continue  # reported as not found
+        if reason is None:
+            found.append(n)
+        else:
+            message = f"not run: {entry.path} {reason}; only regular files of the commit are run"
+            refused.append(TestCaseResult(nodeid=n, outcome=TestOutcome.ERROR, message=message))
+    return found, refused
+
+
+def _to_result(case: JUnitCase) -> TestCaseResult:
+    return TestCaseResult(
+        nodeid=case.nodeid, outcome=case.outcome, duration_s=case.duration_s, message=case.message
+    )
+
+
+def _is_collection_error(result: TestCaseResult, cases: list[JUnitCase]) -> bool:
+    return any(c.nodeid == result.nodeid and c.collection_error for c in cases)
+
+
+def _merge_rerun(
+    results: list[TestCaseResult], cases: list[JUnitCase], retried: set[str], attempt: int
+) -> None:
+    """Update the failing results after rerun ``attempt``: passed now → FLAKY, else still failing."""
+    by_id = {c.nodeid: c for c in cases}
+    for i, res in enumerate(results):
+        if res.nodeid not in retried:
+            continue
+        case = by_id.get(res.nodeid)
+        if case is not None and case.outcome == TestOutcome.PASSED:
+            # Keep the first failure's message: it is what a reader needs to chase the flake.
+            results[i] = res.model_copy(update={"outcome": TestOutcome.FLAKY, "attempts": attempt + 1})
+        else:
+            results[i] = res.model_copy(update={"attempts": attempt + 1})
+
+
+def _finish(results: list[TestCaseResult], missing: list[str], repro: ReproContext) -> list[TestCaseResult]:
+    out = [
+        r.model_copy(update={"repro": repro_commands(repro, r.nodeid)})
+        if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR, TestOutcome.FLAKY)
+        else r
+        for r in results
+    ]
+    out.extend(
+        TestCaseResult(
+            nodeid=n,
+            outcome=TestOutcome.ERROR,
+            message="not found: the suite has no such test at this commit",
+        )
+        for n in _dedupe(missing)
+    )
+    return out
+
+
+def _no_tests_message(ids: list[str] | None) -> str:
+    where = f"in {', '.join(ids[:5])}{' …' if len(ids) > 5 else ''}" if ids else "in the suite"
+    return f"pytest collected no tests {where} (exit code 5)"
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))

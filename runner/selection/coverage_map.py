@@ -1,0 +1,368 @@
+"""The per-test line coverage map of a commit: which tests execute each line.
+
+It is built by one step (:func:`coverage_step`) that runs the suite under coverage.py with one
+dynamic context per test, and exports ``file → line → tests`` as JSON. Lines run outside any test
+(module bodies executed while pytest collects, ``def`` and ``class`` lines) are kept apart as
+*import-time* lines; the selection attributes them through the code's structure, because "ran
+while importing" says nothing about which test depends on them.
+
+:func:`parse_coverage_db` also reads a coverage.py SQLite data file recorded with
+``pytest --cov-context=test`` (pytest-cov) or ``[run] dynamic_context = test_function``, so a map
+can come from a project's own CI as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import re
+import sqlite3
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bot.core.config import TestSettings
+from runner.backends.base import SCRATCH_DIR, Step, StepResult
+
+log = structlog.get_logger(__name__)
+
+MAP_FORMAT = "paritybot-coverage-map/1"
+DRIVER_PATH = f"{SCRATCH_DIR}/coverage_driver.py"
+OUTPUT_PATH = f"{SCRATCH_DIR}/coverage.json"
+DATA_PATH = f"{SCRATCH_DIR}/coverage.sqlite"
+# The map is parsed whole into Python objects: a 63 MB map (850,000 lines run by 20 tests each)
+# takes the bot to 750 MiB while it is parsed. A map this large is a project of PyTorch's size.
+COVERAGE_MAP_MAX_BYTES = 64_000_000
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_PHASE_SUFFIX = re.compile(r"\|(setup|run|call|teardown)$")
+_COMMIT = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
+
+class CoverageMapError(ValueError):
+    """The data is not a coverage map we can read; the message says what is wrong."""
+
+
+class CoverageMap(BaseModel):
+    """``file → line → tests`` of one commit, with test ids interned (the map is mostly repetition)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = MAP_FORMAT
+    commit: str | None = None
+    tests: list[str] = Field(default_factory=list, description="pytest node ids; lines refer to indexes")
+    files: dict[str, dict[int, list[int]]] = Field(
+        default_factory=dict, description="repository-relative path → line → indexes into tests"
+    )
+    import_lines: dict[str, list[int]] = Field(
+        default_factory=dict, description="lines executed outside any test (imports, collection)"
+    )
+
+    def tests_at(self, path: str, lines: Iterable[int]) -> set[str]:
+        """Tests that executed any of ``lines`` of ``path``."""
+        by_line = self.files.get(path, {})
+        return {self.tests[i] for line in lines for i in by_line.get(line, ())}
+
+    def tests_between(self, path: str, first: int, last: int) -> set[str]:
+        """Tests that executed any line of ``path`` from ``first`` to ``last`` (a function's span)."""
+        by_line = self.files.get(path, {})
+        return {self.tests[i] for line, ids in by_line.items() if first <= line <= last for i in ids}
+
+    def tests_in_file(self, path: str) -> set[str]:
+        return self.tests_between(path, 1, 10**9)
+
+    def import_time(self, path: str, line: int) -> bool:
+        return line in set(self.import_lines.get(path, ()))
+
+    def knows(self, path: str) -> bool:
+        """Whether the map has any record of the file (run by a test or while importing)."""
+        return path in self.files or path in self.import_lines
+
+
+# --- Building the map: the step ----------------------------------------------------------------------
+
+# The driver runs in the repository's own environment (a container without paritybot), so it is
+# a self-contained script injected into the workspace. It starts coverage before pytest imports
+# anything of the project, switches the context at each test, and writes the map as JSON.
+_DRIVER = '''\
+"""Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON."""
+import json, os, sys
+
+import coverage
+import pytest
+
+OUT, DATA, PATHS = sys.argv[1], sys.argv[2], sys.argv[3]
+ROOT = os.getcwd()
+SCRATCH = os.path.dirname(os.path.abspath(OUT))
+# The configured test roots that exist; none means pytest's own configuration decides.
+ARGS = [p for p in PATHS.split(":") if p and os.path.exists(p)] + sys.argv[4:]
+cov = coverage.Coverage(data_file=DATA, config_file=False, branch=False)
+cov.start()
+
+
+class ContextPlugin:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        cov.switch_context(item.nodeid)
+        yield
+        cov.switch_context("")
+
+
+try:
+    code = pytest.main(ARGS, plugins=[ContextPlugin()])
+finally:
+    cov.stop()
+    cov.save()
+data = cov.get_data()
+tests, index, files, import_lines = [], {}, {}, {}
+for path in sorted(data.measured_files()):
+    rel = os.path.relpath(path, ROOT)
+    if rel.startswith(".." + os.sep) or os.path.isabs(rel) or path.startswith(SCRATCH + os.sep):
+        continue
+    rel = rel.replace(os.sep, "/")
+    for line, contexts in sorted((data.contexts_by_lineno(path) or {}).items()):
+        for ctx in contexts:
+            if not ctx:
+                import_lines.setdefault(rel, []).append(line)
+                continue
+            if ctx not in index:
+                index[ctx] = len(tests)
+                tests.append(ctx)
+            files.setdefault(rel, {}).setdefault(line, []).append(index[ctx])
+with open(OUT, "w") as f:
+    json.dump({"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines}, f)
+sys.exit(int(code))
+'''.replace("@FORMAT@", MAP_FORMAT)
+
+
+def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
+    """The step that runs the whole suite once under coverage and writes ``.paritybot/coverage.json``.
+
+    Test failures do not spoil the map (a failing test still executed its lines), so callers
+    should look for the collected file rather than the exit code. It needs ``coverage`` and
+    ``pytest`` importable by the environment's ``python``.
+    """
+    paths = ":".join(p for p in settings.paths if p and ":" not in p)
+    argv = ["python", DRIVER_PATH, OUTPUT_PATH, DATA_PATH, paths, "-q", "-p", "no:cacheprovider"]
+    argv += [*settings.pytest_args]
+    return Step(
+        name="coverage-map",
+        argv=argv,
+        timeout_s=timeout_s,
+        network=False,
+        inject={DRIVER_PATH: _DRIVER},
+        collect=[OUTPUT_PATH],
+        collect_max_bytes=COVERAGE_MAP_MAX_BYTES,
+    )
+
+
+def coverage_map_from_step(result: StepResult, commit: str | None = None) -> CoverageMap:
+    """The map a finished :func:`coverage_step` produced.
+
+    Raises:
+        CoverageMapError: the step wrote no map (coverage missing, pytest crashed); the message
+            carries the step's own failure and the tail of its output.
+    """
+    refused = result.refusal(OUTPUT_PATH, "the coverage map")
+    if refused:
+        raise CoverageMapError(refused)
+    if result.stopped_by_limit:
+        raise CoverageMapError(result.describe_failure())
+    text = result.collected.get(OUTPUT_PATH)
+    if text is None:
+        tail = "\n".join(result.output.strip().splitlines()[-10:])
+        raise CoverageMapError(f"no coverage map was written ({result.describe_failure()}):\n{tail}")
+    cmap = parse_coverage_db(text)
+    cmap.commit = commit
+    return cmap
+
+
+# --- Parsing -----------------------------------------------------------------------------------------
+
+
+def parse_coverage_db(data: bytes | str, root: str | None = None) -> CoverageMap:
+    """A coverage map from what the step wrote (JSON) or from a coverage.py SQLite data file.
+
+    ``root`` makes the absolute paths of a SQLite file (recorded without ``relative_files``)
+    repository-relative; files outside it are left out.
+
+    Raises:
+        CoverageMapError: the data is neither, or has no per-test contexts.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    if raw.startswith(_SQLITE_MAGIC):
+        return _parse_sqlite(raw, root)
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CoverageMapError(
+            f"coverage data is neither JSON nor a coverage.py SQLite file: {exc}"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != MAP_FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise CoverageMapError(f"unknown coverage map format {got!r}; expected {MAP_FORMAT!r}")
+    try:
+        cmap = CoverageMap.model_validate(doc)
+    except ValidationError as exc:
+        raise CoverageMapError(f"malformed coverage map: {exc.errors()[0]['msg']}") from None
+    return _normalise(cmap)
+
+
+def _parse_sqlite(raw: bytes, root: str | None) -> CoverageMap:
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.deserialize(raw)
+        files = dict(conn.execute("select id, path from file").fetchall())
+        contexts = dict(conn.execute("select id, context from context").fetchall())
+        tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+        rows: list[tuple[int, int, set[int]]] = []
+        if "line_bits" in tables:
+            for file_id, ctx_id, bits in conn.execute("select file_id, context_id, numbits from line_bits"):
+                rows.append((file_id, ctx_id, _numbits_to_lines(bits)))
+        if "arc" in tables:  # branch coverage stores arcs; their positive ends are executed lines
+            arcs: dict[tuple[int, int], set[int]] = {}
+            for file_id, ctx_id, a, b in conn.execute("select file_id, context_id, fromno, tono from arc"):
+                arcs.setdefault((file_id, ctx_id), set()).update(n for n in (a, b) if n > 0)
+            rows.extend((f, c, lines) for (f, c), lines in arcs.items())
+    except sqlite3.DatabaseError as exc:
+        raise CoverageMapError(f"not a readable coverage.py data file: {exc}") from None
+    finally:
+        conn.close()
+    return _from_rows(rows, files, contexts, root)
+
+
+def _from_rows(
+    rows: list[tuple[int, int, set[int]]], files: dict[int, str], contexts: dict[int, str], root: str | None
+) -> CoverageMap:
+    cmap = CoverageMap()
+    index: dict[str, int] = {}
+    per_test_contexts = False
+    for file_id, ctx_id, lines in sorted(rows, key=lambda r: (files.get(r[0], ""), r[1])):
+        path = _relative(files.get(file_id, ""), root)
+        if path is None:
+            continue
+        nodeid = context_to_nodeid(contexts.get(ctx_id, ""))
+        if nodeid is None:
+            cmap.import_lines.setdefault(path, []).extend(lines)
+            continue
+        per_test_contexts = True
+        if nodeid not in index:
+            index[nodeid] = len(cmap.tests)
+            cmap.tests.append(nodeid)
+        by_line = cmap.files.setdefault(path, {})
+        for line in lines:
+            by_line.setdefault(line, []).append(index[nodeid])
+    if rows and not per_test_contexts:
+        raise CoverageMapError(
+            "the coverage data has no per-test contexts; record it with `pytest --cov-context=test` "
+            "or `[run] dynamic_context = test_function`"
+        )
+    return _normalise(cmap)
+
+
+def _relative(path: str, root: str | None) -> str | None:
+    if not path:
+        return None
+    if root is not None and os.path.isabs(path):
+        rel = os.path.relpath(path, root)
+        if rel.startswith(".."):
+            return None
+        path = rel
+    return PurePosixPath(path.replace(os.sep, "/")).as_posix()
+
+
+def context_to_nodeid(context: str) -> str | None:
+    """A coverage context as a pytest node id; ``None`` for the empty (import-time) context.
+
+    Handles ours (the node id itself), pytest-cov's ``nodeid|run`` and coverage.py's
+    ``test_function`` form ``tests.test_ops.TestScale.test_big`` (parametrized cases are not
+    told apart in that form, so they map to the function).
+    """
+    if not context:
+        return None
+    context = _PHASE_SUFFIX.sub("", context)
+    if "::" in context or context.endswith(".py"):
+        return context
+    parts = context.split(".")
+    # The module ends at the last part named like a test file; classes and the function follow.
+    for cut in range(len(parts) - 1, 0, -1):
+        name = parts[cut - 1]
+        if name.startswith("test_") or name.endswith("_test") or name == "tests":
+            module = "/".join(parts[:cut]) + ".py"
+            return "::".join([module, *parts[cut:]])
+    return context
+
+
+def _numbits_to_lines(numbits: bytes) -> set[int]:
+    """coverage.py's numbits: bit ``n`` of the blob set means line ``n`` was executed."""
+    lines = set()
+    for byte_index, byte in enumerate(numbits):
+        for bit in range(8):
+            if byte & (1 << bit):
+                lines.add(byte_index * 8 + bit)
+    return lines
+
+
+def _normalise(cmap: CoverageMap) -> CoverageMap:
+    """Sorted, de-duplicated line lists and test indexes, so equal maps serialise equally."""
+    cmap.files = {
+        path: {line: sorted(set(ids)) for line, ids in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.files.items())
+    }
+    cmap.import_lines = {path: sorted(set(lines)) for path, lines in sorted(cmap.import_lines.items())}
+    return cmap
+
+
+# --- Persistence -------------------------------------------------------------------------------------
+
+
+class CoverageMapStore:
+    """Maps on disk, one gzip-compressed JSON file per commit."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.cache_dir = Path(cache_dir)
+
+    def _path(self, commit: str) -> Path:
+        if not _COMMIT.match(commit):
+            raise ValueError(f"not a commit sha: {commit!r}")
+        return self.cache_dir / f"{commit.lower()}.json.gz"
+
+    def save(self, commit: str, cmap: CoverageMap) -> Path:
+        """Write atomically (a reader never sees half a map); returns the file written."""
+        target = self._path(commit)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stored = cmap.model_copy(update={"commit": commit})
+        payload = gzip.compress(stored.model_dump_json().encode(), compresslevel=6)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json.gz")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        log.info("coverage map saved", commit=commit, tests=len(cmap.tests), files=len(cmap.files))
+        return target
+
+    def load(self, commit: str) -> CoverageMap | None:
+        """The map of ``commit``, or ``None`` when there is none or it cannot be read (logged)."""
+        path = self._path(commit)
+        if path.is_symlink():
+            # The CLI keeps maps in the checkout (.paritybot/coverage), where a pull request could
+            # commit a link to any file of the machine: never follow one.
+            log.warning("coverage map is a symbolic link; ignoring it", path=str(path))
+            return None
+        if not path.is_file():
+            return None
+        try:
+            cmap = parse_coverage_db(gzip.decompress(path.read_bytes()))
+        except (OSError, EOFError, CoverageMapError) as exc:
+            log.warning("coverage map unreadable; ignoring it", path=str(path), error=str(exc))
+            return None
+        cmap.commit = commit
+        return cmap
