@@ -126,3 +126,38 @@ class Comparison(Model):
     )
     low: float | None = Field(None, description="the interval's lower end, as a ratio")
     high: float | None = None
+
+
+class Outcome(Model):
+    """What the ``paritybot / performance`` check run concludes, and its title."""
+
+    conclusion: Literal["success", "neutral", "failure"]
+    title: str
+
+
+def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) -> Outcome:
+    """Failure only for a significant regression past the threshold, and only when it blocks.
+
+    A regression that does not block is neutral, named in the title; significant improvements with
+    no regression are a success; anything else (within noise, too few rounds, errors) is neutral.
+    """
+    count = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
+    percent = f"{threshold:.0%}"
+    if count[Verdict.REGRESSION]:
+        slower = f"{_n(count[Verdict.REGRESSION], 'benchmark')} slower by more than {percent}"
+        if blocking:
+            return Outcome(conclusion="failure", title=slower)
+        return Outcome(conclusion="neutral", title=f"{slower} (not blocking)")
+    notes = [
+        f"{_n(count[v], 'benchmark')} {v.value}" for v in (Verdict.TOO_FEW_ROUNDS, Verdict.ERROR) if count[v]
+    ]
+    if count[Verdict.IMPROVEMENT]:
+        faster = f"{_n(count[Verdict.IMPROVEMENT], 'benchmark')} faster by more than {percent}"
+        return Outcome(conclusion="success", title="; ".join([faster, *notes]))
+    if not comparisons:
+        return Outcome(conclusion="neutral", title="no benchmark to compare")
+    return Outcome(conclusion="neutral", title="; ".join([f"no change beyond {percent}", *notes]))
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
