@@ -161,3 +161,79 @@ def test_a_mistyped_performance_key_is_a_clear_error():
     with pytest.raises(ConfigError) as caught:
         parse_repo_config("performance:\n  treshold: 0.1\n")
     assert any("treshold" in line for line in caught.value.problems)
+
+
+# --- `paritybot perf` on a local checkout ----------------------------------------------------------
+
+BENCH_TEST = "import pkg\n\n\ndef test_work(benchmark):\n    benchmark(pkg.work)\n"
+
+
+def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_path):
+    import subprocess
+    import sys
+
+    from gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "def work():\n    return sum(range(10))\n",
+            "tests/test_bench.py": BENCH_TEST,
+            "tests/test_other.py": "def test_other(benchmark):\n    benchmark(len, [])\n",
+        }
+    )
+    repo.commit({"pkg/__init__.py": "def work():\n    raise ValueError('broken on head')\n"})
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot.cli.main",
+            "perf",
+            "--repo",
+            str(repo.path),
+            "--base",
+            base,
+            "--runner",
+            "host",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stderr  # an error is not a regression
+    assert "### Performance" in done.stdout
+    crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
+    assert "⚠️ error: failed on head: " in crash and "ValueError: broken on head" in crash
+    assert "tests/test_other.py::test_other" in done.stdout
+
+
+def test_paritybot_perf_with_an_unknown_base_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from gitrepo import GitRepo
+
+    repo = GitRepo(tmp_path / "repo")
+    repo.commit({"README.md": "x\n"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot.cli.main",
+            "perf",
+            "--repo",
+            str(repo.path),
+            "--base",
+            "nope",
+            "--runner",
+            "host",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("paritybot perf: ") and done.stderr.count("\n") == 1

@@ -124,7 +124,9 @@ def pytest_runtest_logreport(report):
     if _run is None:
         return
     if report.failed:
-        _run.failures.append(f"{report.when} failed: {_last_lines(report.longreprtext)}")
+        # The exception line (pytest's "reprcrash") says what broke; the last lines where there is none.
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
+        _run.failures.append(f"{report.when} failed: {crash or _last_lines(report.longreprtext)}")
     elif report.skipped and (_run.fixture is None or not _run.fixture.called):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _run.failures.append(str(reason))

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bot.core.config import PerformanceSettings
 from bot.core.perf import DriverReport
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
 
@@ -70,6 +71,31 @@ class PerfPlan(BaseModel):
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
     gpu: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for both sides")
     names: list[str] | None = Field(None, description="only these benchmarks (a selection)")
+
+
+def plan_from_settings(
+    settings: PerformanceSettings, *, base_root: str, head_root: str, names: list[str] | None = None
+) -> PerfPlan:
+    """The driver's plan from the repository's ``performance:`` config; with no kind named, the
+    pytest-benchmark tests pytest finds with the project's own configuration."""
+    kinds = []
+    if settings.pytest is not None:
+        kinds.append(BenchmarkKindSpec(kind="pytest", args=settings.pytest))
+    if settings.asv:
+        kinds.append(BenchmarkKindSpec(kind="asv", config=settings.asv))
+    if settings.command:
+        kinds.append(BenchmarkKindSpec(kind="command", argv=settings.command, rounds=settings.command_rounds))
+    return PerfPlan(
+        sides={
+            "base": SideSpec(root=base_root, paths=settings.paths),
+            "head": SideSpec(root=head_root, paths=settings.paths),
+        },
+        kinds=kinds or [BenchmarkKindSpec(kind="pytest")],
+        processes=settings.processes,
+        max_time_s=settings.max_time_s,
+        cpus=settings.cpus,
+        names=names,
+    )
 
 
 @cache

@@ -1,0 +1,92 @@
+"""`paritybot perf`: the pull request's performance comparison, on a local checkout, before pushing.
+
+The base (the merge base with ``--base``) and the head are exported from git's objects side by
+side into a temporary workspace, then compared exactly as a run does (``runner/perf``): the
+benchmarks the base's config names (``performance:``), else the pytest-benchmark tests pytest
+finds, in alternating rounds, on this machine or in the environment's image.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+import tarfile
+import tempfile
+import uuid
+from pathlib import Path
+
+from bot.core.config import CONFIG_PATH, ConfigError, PerformanceSettings, RepoConfig, parse_repo_config
+from bot.core.perf import DriverReport, PerfThresholds, Verdict, outcome
+from bot.render.performance import performance_section
+from runner import gitdiff
+from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
+from runner.git import GitError, git_bytes
+from runner.perf.stats import compare_all
+from runner.perf.step import PerfRunError, parse_results, perf_step, plan_from_settings
+
+SIDES = ("base", "head")  # names of one length: neither side gets a longer path or environment
+
+
+def export(repo: Path, sha: str, target: Path) -> None:
+    """The tree of ``sha`` from git's objects into ``target`` (links kept as links, nothing outside)."""
+    data = git_bytes(repo, "archive", "--format=tar", sha)
+    target.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(target, filter="data")
+
+
+async def compare_local(
+    repo: Path, base: str, head: str, runner_factory: RunnerFactory, config: RepoConfig
+) -> tuple[DriverReport, PerformanceSettings]:
+    settings = config.performance
+    workspace = Path(tempfile.mkdtemp(prefix="paritybot-perf-"))
+    try:
+        for side, sha in zip(SIDES, (base, head), strict=True):
+            export(repo, sha, workspace / ".paritybot" / "perf" / side)
+        plan = plan_from_settings(
+            settings, base_root=".paritybot/perf/base", head_root=".paritybot/perf/head"
+        )
+        request = RunnerRequest(
+            environment=config.default_environment(),
+            run_id=f"perf-{uuid.uuid4().hex[:12]}",
+            trusted_code=True,
+        )
+        runner = await runner_factory(request)
+        try:
+            await runner.prepare()
+            result = await runner.run(perf_step(plan), workspace)
+        finally:
+            await runner.close()
+        return parse_results(result), settings
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+async def perf_main(repo: Path, base: str, head: str, runner_factory: RunnerFactory) -> int:
+    """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input."""
+    try:
+        base_sha = gitdiff.merge_base(repo, base, head)
+        head_sha = (
+            git_bytes(repo, "rev-parse", "--verify", "--end-of-options", f"{head}^{{commit}}")
+            .decode()
+            .strip()
+        )
+        # The base's config, as the App reads it: a change must not choose its own thresholds.
+        config = parse_repo_config(gitdiff.read_file(repo, base_sha, CONFIG_PATH))
+        report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config)
+    except (GitError, ConfigError, RunnerError, PerfRunError) as exc:
+        print(f"paritybot perf: {exc}", file=sys.stderr)
+        return 2
+    limits = PerfThresholds(threshold=settings.threshold, confidence=settings.confidence)
+    comparisons = compare_all(report, limits)
+    for problem in [*(f"{e.kind} on {e.side.value}: {e.message}" for e in report.errors), *report.warnings]:
+        print(f"paritybot perf: {problem}", file=sys.stderr)
+    print(
+        performance_section(
+            comparisons, report.benchmarks, threshold=limits.threshold, confidence=limits.confidence
+        )
+    )
+    result = outcome(comparisons, threshold=limits.threshold, blocking=True)
+    print(f"\n{result.title}")
+    return 1 if any(c.verdict is Verdict.REGRESSION for c in comparisons) else 0
