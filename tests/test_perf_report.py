@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from gitrepo import GitRepo
 from markdown_check import inspect
 
 from bot.core.config import ConfigError, parse_repo_config
@@ -168,12 +173,23 @@ def test_a_mistyped_performance_key_is_a_clear_error():
 BENCH_TEST = "import pkg\n\n\ndef test_work(benchmark):\n    benchmark(pkg.work)\n"
 
 
+def perf_cli(repo: Path, base: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "bot.cli.main",
+        "perf",
+        "--repo",
+        str(repo),
+        "--base",
+        base,
+        "--runner",
+        "host",
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
 def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_path):
-    import subprocess
-    import sys
-
-    from gitrepo import GitRepo
-
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
         {
@@ -185,55 +201,20 @@ def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_
     )
     repo.commit({"pkg/__init__.py": "def work():\n    raise ValueError('broken on head')\n"})
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bot.cli.main",
-            "perf",
-            "--repo",
-            str(repo.path),
-            "--base",
-            base,
-            "--runner",
-            "host",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = perf_cli(repo.path, base)
 
     assert done.returncode == 0, done.stderr  # an error is not a regression
     assert "### Performance" in done.stdout
     crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
-    assert "⚠️ error: failed on head: " in crash and "ValueError: broken on head" in crash
+    assert "⚠️ error: failed on head: call failed: ValueError: broken on head" in crash
     assert "tests/test_other.py::test_other" in done.stdout
 
 
 def test_paritybot_perf_with_an_unknown_base_is_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    from gitrepo import GitRepo
-
     repo = GitRepo(tmp_path / "repo")
     repo.commit({"README.md": "x\n"})
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bot.cli.main",
-            "perf",
-            "--repo",
-            str(repo.path),
-            "--base",
-            "nope",
-            "--runner",
-            "host",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    done = perf_cli(repo.path, "nope", timeout=60)
+
     assert done.returncode == 2
     assert done.stderr.startswith("paritybot perf: ") and done.stderr.count("\n") == 1
