@@ -173,7 +173,7 @@ def test_a_mistyped_performance_key_is_a_clear_error():
 BENCH_TEST = "import pkg\n\n\ndef test_work(benchmark):\n    benchmark(pkg.work)\n"
 
 
-def perf_cli(repo: Path, base: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def perf_cli(repo: Path, base: str, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     argv = [
         sys.executable,
         "-m",
@@ -186,7 +186,7 @@ def perf_cli(repo: Path, base: str, timeout: float = 300) -> subprocess.Complete
         "--runner",
         "host",
     ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*argv, *extra], capture_output=True, text=True, timeout=timeout)
 
 
 def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_path):
@@ -218,3 +218,26 @@ def test_paritybot_perf_with_an_unknown_base_is_one_line(tmp_path):
 
     assert done.returncode == 2
     assert done.stderr.startswith("paritybot perf: ") and done.stderr.count("\n") == 1
+
+
+def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_and_says_why(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "",
+            "pkg/a.py": "def work():\n    return 1\n",
+            "pkg/b.py": "def work():\n    return 2\n",
+            "tests/test_a.py": "from pkg import a\n\n\ndef test_a(benchmark):\n    benchmark(a.work)\n",
+            "tests/test_b.py": "from pkg import b\n\n\ndef test_b(benchmark):\n    benchmark(b.work)\n",
+        }
+    )
+    repo.commit({"pkg/a.py": "def work():\n    return sum(range(3))\n"})
+
+    done = perf_cli(repo.path, base, "--affected")
+
+    assert done.returncode in (0, 1), done.stderr
+    assert "tests/test_a.py::test_a" in done.stdout
+    assert "test_b" not in done.stdout  # pkg/b.py did not change and nothing it imports did
+    why = done.stdout.split("Why these benchmarks:", 1)[1]
+    assert why.strip().startswith("- tests/test_a.py::test_a: ") and "pkg/a.py" in why.splitlines()[1]

@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--base", required=True, help="what the change is compared with (its merge base is used)")
     pf.add_argument("--head", default="HEAD", help="the commit to compare (default: HEAD)")
     pf.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    pf.add_argument(
+        "--affected", action="store_true", help="only the pytest benchmarks the change can affect, with why"
+    )
 
     t = sub.add_parser("select-tests", help="which tests a change can affect, and why")
     t.add_argument("--repo", default=".")
@@ -116,7 +119,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "perf":
         from bot.cli.perf import perf_main
 
-        return asyncio.run(perf_main(args.repo, args.base, args.head, _local_runners(args.runner)))
+        runners = _local_runners(args.runner)
+        return asyncio.run(perf_main(args.repo, args.base, args.head, runners, affected=args.affected))
     if args.command == "env":
         from bot.cli.env import env_parse_main
 

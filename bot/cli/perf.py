@@ -17,13 +17,24 @@ import uuid
 from pathlib import Path
 
 from bot.core.config import CONFIG_PATH, ConfigError, PerformanceSettings, RepoConfig, parse_repo_config
+from bot.core.models import Selection
 from bot.core.perf import DriverReport, PerfThresholds, Verdict, outcome
 from bot.render.performance import performance_section
 from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
 from runner.git import GitError, git_bytes
+from runner.gitdiff import UnsafeFileError
 from runner.perf.stats import compare_all
-from runner.perf.step import PerfRunError, parse_results, perf_step, plan_from_settings
+from runner.perf.step import (
+    PerfRunError,
+    parse_results,
+    perf_step,
+    plan_from_settings,
+    selected_benchmarks,
+    why_selected,
+)
+from runner.selection.coverage_map import CoverageMapStore
+from runner.selection.select import select_tests
 
 SIDES = ("base", "head")  # names of one length: neither side gets a longer path or environment
 
@@ -37,7 +48,12 @@ def export(repo: Path, sha: str, target: Path) -> None:
 
 
 async def compare_local(
-    repo: Path, base: str, head: str, runner_factory: RunnerFactory, config: RepoConfig
+    repo: Path,
+    base: str,
+    head: str,
+    runner_factory: RunnerFactory,
+    config: RepoConfig,
+    names: list[str] | None = None,
 ) -> tuple[DriverReport, PerformanceSettings]:
     settings = config.performance
     workspace = Path(tempfile.mkdtemp(prefix="paritybot-perf-"))
@@ -45,7 +61,7 @@ async def compare_local(
         for side, sha in zip(SIDES, (base, head), strict=True):
             export(repo, sha, workspace / ".paritybot" / "perf" / side)
         plan = plan_from_settings(
-            settings, base_root=".paritybot/perf/base", head_root=".paritybot/perf/head"
+            settings, base_root=".paritybot/perf/base", head_root=".paritybot/perf/head", names=names
         )
         request = RunnerRequest(
             environment=config.default_environment(),
@@ -63,8 +79,15 @@ async def compare_local(
         shutil.rmtree(workspace, ignore_errors=True)
 
 
-async def perf_main(repo: Path, base: str, head: str, runner_factory: RunnerFactory) -> int:
-    """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input."""
+async def perf_main(
+    repo: Path, base: str, head: str, runner_factory: RunnerFactory, *, affected: bool = False
+) -> int:
+    """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input.
+
+    With ``affected``, only the pytest benchmarks the change can affect run, chosen by the same
+    selection as the tests (the base commit's coverage map when one is cached, else static signals),
+    and each compared benchmark is listed with the selection's reasons.
+    """
     try:
         base_sha = gitdiff.merge_base(repo, base, head)
         head_sha = (
@@ -74,8 +97,10 @@ async def perf_main(repo: Path, base: str, head: str, runner_factory: RunnerFact
         )
         # The base's config, as the App reads it: a change must not choose its own thresholds.
         config = parse_repo_config(gitdiff.read_file(repo, base_sha, CONFIG_PATH))
-        report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config)
-    except (GitError, ConfigError, RunnerError, PerfRunError) as exc:
+        selection = _selection(repo, base_sha, head_sha, config) if affected else None
+        names = selected_benchmarks(selection) if selection is not None else None
+        report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config, names)
+    except (GitError, UnsafeFileError, ConfigError, RunnerError, PerfRunError) as exc:
         print(f"paritybot perf: {exc}", file=sys.stderr)
         return 2
     limits = PerfThresholds(threshold=settings.threshold, confidence=settings.confidence)
@@ -87,6 +112,23 @@ async def perf_main(repo: Path, base: str, head: str, runner_factory: RunnerFact
             comparisons, report.benchmarks, threshold=limits.threshold, confidence=limits.confidence
         )
     )
+    if selection is not None:
+        print("\nWhy these benchmarks:")
+        for c in comparisons:
+            reasons = (
+                why_selected(c.name, selection)
+                if c.kind == "pytest"
+                else ["not a pytest benchmark: always run"]
+            )
+            print(f"- {c.name}: {'; '.join(reasons) or 'selected'}")
     result = outcome(comparisons, threshold=limits.threshold, blocking=True)
     print(f"\n{result.title}")
     return 1 if any(c.verdict is Verdict.REGRESSION for c in comparisons) else 0
+
+
+def _selection(repo: Path, base_sha: str, head_sha: str, config: RepoConfig) -> Selection:
+    from bot.cli.select_tests import default_coverage_dir
+
+    settings = config.tests
+    cmap = CoverageMapStore(default_coverage_dir(repo)).load(base_sha) if settings.use_coverage_map else None
+    return select_tests(repo, base_sha, head_sha, settings, cmap)

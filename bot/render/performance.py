@@ -54,7 +54,7 @@ def performance_section(
     lines = [
         "### Performance",
         "",
-        f"Base and head in alternating rounds in the same container; a regression is a ratio whose "
+        f"Base and head in alternating rounds on the same machine, in one run; a regression is a ratio whose "
         f"whole {confidence:.0%} interval is above {1 + threshold:.2f}.",
         "",
         "| # | benchmark | base | head | head/base (interval) | verdict | rounds |",

@@ -406,6 +406,14 @@ def _side_env(spec, side, lib_dir):
     return env
 
 
+def selected(name, names):
+    """Whether a selection (None: everything) takes this benchmark: by its name, or by a file or a
+    test that contains it (``tests/test_x.py`` takes ``tests/test_x.py::test_y[1]``)."""
+    if names is None:
+        return True
+    return any(name == n or name.startswith(n + "::") or name.startswith(n + "[") for n in names)
+
+
 def other(side):
     return "head" if side == "base" else "base"
 
@@ -451,8 +459,9 @@ class Driver:
                 "only_base": [n for n in found["base"] if n not in head],
                 "only_head": [n for n in found["head"] if n not in base],
             }
-            wanted = self.spec.get("names")
-            remaining = [n for n in found["head"] if n in base and (wanted is None or n in set(wanted))]
+            # A selection names pytest tests; the other kinds run whole.
+            names = self.spec.get("names") if kind["kind"] == "pytest" else None
+            remaining = [n for n in found["head"] if n in base and selected(n, names)]
             for worker in workers.values():
                 worker.send(cmd="plan", names=remaining)
             while remaining:

@@ -17,8 +17,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.core.config import PerformanceSettings
+from bot.core.models import Selection
 from bot.core.perf import DriverReport
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
+from runner.perf.driver_script import selected
 
 DRIVER_MODULE = "paritybot_perf_driver"
 PLUGIN_MODULE = "paritybot_perf_pytest"
@@ -70,7 +72,9 @@ class PerfPlan(BaseModel):
     timeout_s: float = Field(300.0, gt=0, description="for one round, or one side's set-up of a benchmark")
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
     gpu: str | None = Field(None, description="CUDA_VISIBLE_DEVICES for both sides")
-    names: list[str] | None = Field(None, description="only these benchmarks (a selection)")
+    names: list[str] | None = Field(
+        None, description="only these benchmarks, or those in these files or tests (a selection); pytest only"
+    )
 
 
 def plan_from_settings(
@@ -96,6 +100,18 @@ def plan_from_settings(
         cpus=settings.cpus,
         names=names,
     )
+
+
+def selected_benchmarks(selection: Selection) -> list[str] | None:
+    """The pytest benchmarks a change can affect, as the test selection chose them (None: all)."""
+    return None if selection.whole_suite else [t.nodeid for t in selection.tests]
+
+
+def why_selected(name: str, selection: Selection) -> list[str]:
+    """The selection's reasons for the tests or files that hold benchmark ``name``."""
+    if selection.whole_suite:
+        return list(selection.whole_suite_reasons)
+    return [reason for t in selection.tests if selected(name, [t.nodeid]) for reason in t.reasons]
 
 
 @cache
