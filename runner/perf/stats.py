@@ -16,9 +16,10 @@ what is compared, with distribution-free rank statistics, because benchmark nois
   which the alternated order gives a no-op change by construction, and it needs no resampling, so
   the same rounds always give the same verdict.
 
-A paired bootstrap of the ratio of medians was measured beside it (benchmarks/perf_detection.py):
-with 20-60 rounds its percentile intervals are too narrow (the bootstrap's known small-sample
-undercoverage), which shows as false alarms. Kalibera & Jones, "Rigorous benchmarking in
+A paired bootstrap of the ratio of medians (resampling whole rounds) was tried on the same rounds
+(``benchmarks/perf_detection.py --analyse``): it found fewer of the slowdowns at the same threshold
+and no fewer false alarms (docs/performance.md), and it needs a random generator, so the verdict
+would depend on a seed. Kalibera & Jones, "Rigorous benchmarking in
 reasonable time" (ISMM 2013), argue for ratios with intervals over single-number thresholds;
 Mytkowicz et al., "Producing wrong data without doing anything obviously wrong!" (ASPLOS 2009), for
 why a threshold stays: layout effects between two processes are real differences of a few percent
