@@ -4,6 +4,7 @@ two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
 
     python benchmarks/perf_detection.py [--trials 50] [--raw perf-trials.json]
     python benchmarks/perf_detection.py --analyse perf-trials.json     # tables again, no run
+    python benchmarks/perf_detection.py --raw perf-trials.json --resume  # finish a stopped run
 
 A sample project has three pytest-benchmark tests of different sizes (a few microseconds, about
 half a millisecond, about 20 ms), each a loop of arithmetic. A *slowdown* makes a benchmark do 2,
@@ -162,10 +163,15 @@ def schedule(count: int) -> list[dict[str, float]]:
     return out
 
 
-async def trials(count: int, perf_plan: PerfPlan, raw_path: Path | None) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
+async def trials(
+    count: int, perf_plan: PerfPlan, raw_path: Path | None, done: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run the changes of the schedule after the ``done`` ones (a run resumed from its raw file)."""
+    records = list(done)
     plan_of_changes = schedule(count)
     for index, slow in enumerate(plan_of_changes):
+        if index < len(records):
+            continue
         workspace = Path(tempfile.mkdtemp(prefix="perf-trial-"))
         try:
             make_trial(workspace, slow)
@@ -319,6 +325,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50, help="samples per case (default 50)")
     parser.add_argument("--raw", type=Path, help="save every trial's rounds here (JSON)")
     parser.add_argument("--analyse", type=Path, help="print the tables of a saved --raw file and stop")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the changes already in --raw and run the rest"
+    )
     parser.add_argument("--processes", type=int, help="A/B processes per side (default: paritybot's)")
     parser.add_argument("--max-time", type=float, help="A/B seconds per benchmark, both sides")
     args = parser.parse_args()
@@ -336,8 +345,14 @@ def main() -> None:
         f"separate: pytest-benchmark defaults, {COMPARE_FAIL}",
         flush=True,
     )
+    done: list[dict[str, Any]] = []
+    if args.resume and args.raw and args.raw.exists():
+        saved = json.loads(args.raw.read_text())
+        if saved["plan"] != perf_plan.model_dump(mode="json"):
+            raise SystemExit(f"{args.raw} was measured with other settings; not resumed")
+        done = saved["trials"]
     started = time.perf_counter()
-    records = asyncio.run(trials(args.trials, perf_plan, args.raw))
+    records = asyncio.run(trials(args.trials, perf_plan, args.raw, done))
     analyse(records)
     print(f"\n{len(records)} trials in {time.perf_counter() - started:.0f} s")
 

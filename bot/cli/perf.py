@@ -8,10 +8,8 @@ finds, in alternating rounds, on this machine or in the environment's image.
 
 from __future__ import annotations
 
-import io
 import shutil
 import sys
-import tarfile
 import tempfile
 import uuid
 from pathlib import Path
@@ -22,10 +20,12 @@ from bot.core.perf import DriverReport, PerfThresholds, Verdict, outcome
 from bot.render.performance import performance_section
 from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
-from runner.git import GitError, git_bytes
+from runner.git import GitError, export_commit, git_bytes
 from runner.gitdiff import UnsafeFileError
 from runner.perf.stats import compare_all
 from runner.perf.step import (
+    SIDES,
+    SIDES_DIR,
     PerfRunError,
     parse_results,
     perf_step,
@@ -35,16 +35,6 @@ from runner.perf.step import (
 )
 from runner.selection.coverage_map import CoverageMapStore
 from runner.selection.select import select_tests
-
-SIDES = ("base", "head")  # names of one length: neither side gets a longer path or environment
-
-
-def export(repo: Path, sha: str, target: Path) -> None:
-    """The tree of ``sha`` from git's objects into ``target`` (links kept as links, nothing outside)."""
-    data = git_bytes(repo, "archive", "--format=tar", sha)
-    target.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(target, filter="data")
 
 
 async def compare_local(
@@ -59,9 +49,9 @@ async def compare_local(
     workspace = Path(tempfile.mkdtemp(prefix="paritybot-perf-"))
     try:
         for side, sha in zip(SIDES, (base, head), strict=True):
-            export(repo, sha, workspace / ".paritybot" / "perf" / side)
+            export_commit(repo, sha, workspace / SIDES_DIR / side)
         plan = plan_from_settings(
-            settings, base_root=".paritybot/perf/base", head_root=".paritybot/perf/head", names=names
+            settings, base_root=f"{SIDES_DIR}/base", head_root=f"{SIDES_DIR}/head", names=names
         )
         request = RunnerRequest(
             environment=config.default_environment(),

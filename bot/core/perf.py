@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.core.config import PerformanceSettings, PerfTrigger
+
 MAX_BENCHMARKS = 500
 MAX_ROUNDS = 1000
 MAX_NAME = 300
@@ -161,3 +163,43 @@ def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) 
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class PerformanceResult(Model):
+    """A run's comparison, as the summary and the ``paritybot / performance`` check run show it."""
+
+    trigger: str = Field(description="why it ran: the label, the command, or every pull request")
+    threshold: float
+    confidence: float
+    blocking: bool
+    comparisons: list[Comparison] = Field(default_factory=list, max_length=MAX_BENCHMARKS)
+    charted: list[BenchmarkSamples] = Field(
+        default_factory=list, max_length=10, description="the rounds of the regressions, for their charts"
+    )
+    problems: list[str] = Field(
+        default_factory=list, description="a kind that could not be listed on a side, doubtful imports"
+    )
+    error: str | None = Field(None, description="why no comparison came back, in one line")
+    rerun: str = Field("", description="the command that repeats the comparison locally")
+    selected: bool = Field(False, description="only the benchmarks the change can affect ran")
+
+
+def perf_trigger(
+    settings: PerformanceSettings, environment: str, labels: list[str], asked: bool
+) -> tuple[PerfTrigger, str] | None:
+    """Which of the config's ``when`` makes this run compare benchmarks, and why in words; or None.
+
+    ``asked`` is ``/retest-gpu perf``. A command or a label asks for every benchmark; every-pr
+    runs only the benchmarks the change can affect (the pipeline narrows it).
+    """
+    if not settings.enabled():
+        return None
+    if settings.environments and environment not in settings.environments:
+        return None
+    if asked and "command" in settings.when:
+        return "command", "asked for with `/retest-gpu perf`"
+    if settings.label in labels and "label" in settings.when:
+        return "label", f"the pull request has the label `{settings.label}`"
+    if "every-pr" in settings.when:
+        return "every-pr", "every pull request: the benchmarks the change can affect"
+    return None

@@ -9,7 +9,7 @@ is labelled by the row's number.
 
 from __future__ import annotations
 
-from bot.core.perf import BenchmarkSamples, Comparison, Outcome, Verdict
+from bot.core.perf import BenchmarkSamples, Comparison, Outcome, PerformanceResult, Verdict, outcome
 from bot.render import markdown as md
 
 ORDER = [Verdict.REGRESSION, Verdict.ERROR, Verdict.TOO_FEW_ROUNDS, Verdict.IMPROVEMENT, Verdict.WITHIN_NOISE]
@@ -125,3 +125,31 @@ def check_text(result: Outcome, comparisons: list[Comparison]) -> tuple[str, str
     if quiet:
         lines.append(f"- {quiet} more within noise")
     return md.plain(result.title), "\n".join(lines) or "No benchmark was compared."
+
+
+def result_section(result: PerformanceResult) -> str:
+    """A run's Performance section: the table, or why there is none, with why the comparison ran."""
+    if result.error is not None:
+        body = f"### Performance\n\nThe benchmarks could not be compared: {md.prose(result.error)}"
+    elif not result.comparisons and result.selected:
+        body = "### Performance\n\nNo benchmark can be affected by this change."
+    else:
+        body = performance_section(
+            result.comparisons,
+            result.charted,
+            threshold=result.threshold,
+            confidence=result.confidence,
+            rerun=result.rerun or None,
+        )
+    notes = [f"Compared because {md.prose(result.trigger)}."]
+    notes += [f"⚠️ {md.text(p[:300])}" for p in result.problems[:5]]
+    return body + "\n\n" + "\n".join(f"<sub>{n}</sub>" if i == 0 else f"- {n}" for i, n in enumerate(notes))
+
+
+def result_outcome(result: PerformanceResult) -> Outcome:
+    """The check run's conclusion: a comparison that could not run is neutral, never a pass."""
+    if result.error is not None:
+        return Outcome(conclusion="neutral", title=f"Not compared: {md.plain(result.error)[:150]}")
+    if not result.comparisons and result.selected:
+        return Outcome(conclusion="neutral", title="No benchmark can be affected by this change")
+    return outcome(result.comparisons, threshold=result.threshold, blocking=result.blocking)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,6 +21,7 @@ from bot.core.config import PerformanceSettings
 from bot.core.models import Selection
 from bot.core.perf import DriverReport
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
+from runner.git import export_commit
 from runner.perf.driver_script import selected
 
 DRIVER_MODULE = "paritybot_perf_driver"
@@ -28,6 +30,8 @@ PERF_DIR = f"{SCRATCH_DIR}/perf"
 SPEC_PATH = f"{PERF_DIR}/spec.json"
 RESULTS_PATH = f"{PERF_DIR}/results.json"
 RESULTS_MAX_BYTES = 8_000_000  # 500 benchmarks × 1000 rounds of three numbers fit with room
+SIDES_DIR = PERF_DIR  # the base and head checkouts, side by side, in the workspace
+SIDES = ("base", "head")  # names of one length: neither side gets a longer path or environment
 
 
 class BenchmarkKindSpec(BaseModel):
@@ -140,6 +144,24 @@ def perf_step(plan: PerfPlan, *, timeout_s: float = 3600.0, network: bool = Fals
 
 class PerfRunError(Exception):
     """The driver produced no readable results; the message says why."""
+
+
+def export_sides(workspace: Path, base_sha: str, head_sha: str) -> None:
+    """The base and head trees side by side under :data:`SIDES_DIR` of ``workspace``, from the
+    checkout's git objects, before any step copies the workspace into a container.
+
+    The workspace is the pull request's checkout: a ``.paritybot`` it committed (a link to
+    elsewhere, or a tree of its own where the sides go) is refused, never written through.
+    """
+    where = workspace
+    for part in Path(SIDES_DIR).parts:
+        where = where / part
+        if where.is_symlink() or (where.exists() and not where.is_dir()):
+            raise PerfRunError(f"the pull request has its own `{where.relative_to(workspace)}`; not compared")
+    if where.exists():
+        raise PerfRunError(f"the pull request has its own `{SIDES_DIR}`; not compared")
+    for side, sha in zip(SIDES, (base_sha, head_sha), strict=True):
+        export_commit(workspace, sha, where / side)
 
 
 def parse_results(result: StepResult) -> DriverReport:
