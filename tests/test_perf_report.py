@@ -23,6 +23,7 @@ from bot.core.perf import (
 )
 from bot.render.performance import check_text, duration, performance_section
 from runner.perf.stats import compare
+from runner.perf.step import SIDES_DIR, PerfRunError, export_sides
 
 LIMITS = PerfThresholds(threshold=0.05)
 HOSTILE = "tests/test_x.py::test_y[@org/team #12 <img src=x> `|` </details>]"
@@ -241,3 +242,30 @@ def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_a
     assert "test_b" not in done.stdout  # pkg/b.py did not change and nothing it imports did
     why = done.stdout.split("Why these benchmarks:", 1)[1]
     assert why.strip().startswith("- tests/test_a.py::test_a: ") and "pkg/a.py" in why.splitlines()[1]
+
+
+@pytest.mark.parametrize("planted", ["link", "tree"])
+def test_a_pull_request_cannot_choose_where_the_sides_are_written(tmp_path, planted):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit({"pkg.py": "x = 1\n"})
+    if planted == "link":
+        (repo.path / ".paritybot").symlink_to(outside)
+        repo.git("add", ".paritybot")
+    else:
+        repo.commit({".paritybot/perf/base/pkg.py": "x = 'forged base'\n"})
+    head = repo.commit({"pkg.py": "x = 2\n"})
+
+    with pytest.raises(PerfRunError, match="the pull request has its own `.paritybot"):
+        export_sides(repo.path, base, head)
+    assert list(outside.iterdir()) == []
+
+
+def test_the_sides_are_the_two_commits_side_by_side(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit({"pkg.py": "x = 1\n"})
+    head = repo.commit({"pkg.py": "x = 2\n"})
+    export_sides(repo.path, base, head)
+    assert (repo.path / SIDES_DIR / "base" / "pkg.py").read_text() == "x = 1\n"
+    assert (repo.path / SIDES_DIR / "head" / "pkg.py").read_text() == "x = 2\n"
