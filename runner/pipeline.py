@@ -1,4 +1,4 @@
-"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → report.
+"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → benchmarks → report.
 
 The pipeline knows the order of the steps and what each needs; the checks themselves live in
 their own modules. Everything it touches from outside (the runner backend, the clock, cached

@@ -257,7 +257,7 @@ def test_a_pull_request_cannot_choose_where_the_sides_are_written(tmp_path, plan
         repo.commit({".paritybot/perf/base/pkg.py": "x = 'forged base'\n"})
     head = repo.commit({"pkg.py": "x = 2\n"})
 
-    with pytest.raises(PerfRunError, match="the pull request has its own `.paritybot"):
+    with pytest.raises(PerfRunError, match=r"the pull request has its own `\.paritybot"):
         export_sides(repo.path, base, head)
     assert list(outside.iterdir()) == []
 
