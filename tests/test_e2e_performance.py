@@ -67,6 +67,10 @@ def benchmark_project(tmp: Path) -> SampleRepo:
     (path / "benches").mkdir(parents=True)
     (path / "benches" / "test_bench.py").write_text(BENCH)
     (path / "spin.py").write_text(SPIN.format(factor=1, fragile="return 1"))
+    (path / "other.py").write_text("def add(a, b):\n    return a + b\n")
+    (path / "benches" / "test_other.py").write_text(
+        "import other\n\n\ndef test_add(benchmark):\n    assert benchmark(other.add, 1, 2) == 3\n"
+    )
     git(path, "init", "-q", "-b", "main")
     base = commit_all(path, "Benchmarks")
     git(path, "checkout", "-q", "-b", "feature")
@@ -75,13 +79,13 @@ def benchmark_project(tmp: Path) -> SampleRepo:
     return SampleRepo(path=path, base_sha=base, head_sha=head)
 
 
-async def start_bot(fake: FakeGitHub, tmp: Path) -> BotHarness:
+async def start_bot(fake: FakeGitHub, tmp: Path, config: str = CONFIG) -> BotHarness:
     sample = benchmark_project(tmp)
     bare = tmp / "remote.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(sample.path), str(bare)], check=True)
     harness = BotHarness(fake=fake, tmp=tmp, sample=sample, clone_url=bare.as_uri())
     fake.add_repo(REPO, installation_id=1, clone_url=harness.clone_url)
-    fake.set_file(REPO, ".github/paritybot.yml", CONFIG, ref="main")
+    fake.set_file(REPO, ".github/paritybot.yml", config, ref="main")
     harness.seed_pull(sample.head_sha)
     await harness.start()
     return harness
@@ -116,6 +120,24 @@ async def test_a_labelled_pr_gets_the_performance_section_and_check_run(
         assert "```mermaid" in section  # the regression's rounds, charted
         assert f"paritybot perf --base {bot.sample.base_sha} --head {bot.sample.head_sha}" in section
         assert "label `ciflow/perf`" in section
+        assert "benches/test_other.py::test_add" in rows  # asked for by label: every benchmark
+    finally:
+        await bot.stop()
+
+
+async def test_every_pr_compares_only_the_benchmarks_the_change_can_affect(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    bot = await start_bot(fake_github, tmp_path, CONFIG.replace("[label, command]", "[every-pr]"))
+    try:
+        assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+        await bot.wait_runs_done()
+        runs = {r.name: r.states[-1] for r in bot.fake.check_runs(REPO, head_sha=bot.sample.head_sha)}
+        assert runs["paritybot / performance (default)"]["conclusion"] == "failure"
+        section = bot.bot_comments()[0].body.split("### Performance", 1)[1]
+        assert "benches/test_bench.py::test_slowed" in section  # imports the changed module
+        assert "test_other.py" not in section  # imports nothing the change touched
+        assert "--affected" in section
     finally:
         await bot.stop()
 
