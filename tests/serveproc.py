@@ -28,10 +28,10 @@ from fakegithub import FakeGitHub
 from finishing import CHECK_RUN, FAST, finished, view
 from sample_repo import SampleRepo, make_sample_repo
 
-from bot.core.kinds import CheckKind
+from bot.core.kinds import CHECK_KINDS
 from bot.render.check_runs import check_run_name
 
-PRECOMMIT, DOCSTRINGS, TESTS, PARITY = (check_run_name(k, "default") for k in CheckKind)
+PRECOMMIT, DOCSTRINGS, TESTS, PARITY = (check_run_name(k, "default") for k in CHECK_KINDS)
 
 # The run stops at its set-up command until `marks/open` exists; pre-commit and the docstrings
 # have finished by then (early results).

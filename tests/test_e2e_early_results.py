@@ -9,12 +9,7 @@ from pathlib import Path
 from botharness import REPO, BotHarness
 from fakegithub import FakeGitHub
 from finishing import CHECK_RUN, FAST, finished, view
-from serveproc import GATED_CONFIG
-
-from bot.core.kinds import CheckKind
-from bot.render.check_runs import check_run_name
-
-PRECOMMIT, DOCSTRINGS, TESTS, PARITY = (check_run_name(k, "default") for k in CheckKind)
+from serveproc import DOCSTRINGS, GATED_CONFIG, PARITY, PRECOMMIT, TESTS
 
 
 async def test_pre_commit_and_docstrings_complete_before_the_tests(

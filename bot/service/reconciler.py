@@ -31,7 +31,7 @@ import structlog
 from bot.core.kinds import CHECK_KINDS
 from bot.core.models import RunReport, RunState
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_results import render_check_runs
+from bot.render.check_results import render_check_runs, render_performance_check
 from bot.render.check_runs import abandoned_output, render_in_progress_output, render_queued_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
@@ -105,7 +105,10 @@ class Reconciler:
             reporter = await self.reporter(job)
             if reporter is not None and job.pr_number is not None:
                 report = job.final_report(await asyncio.to_thread(self.store.report, job.id))
-                await reporter.sync_check_runs(job, render_check_runs(report))
+                # The performance check run exists only for a run that compared benchmarks.
+                performance = render_performance_check(report)
+                outputs = [*render_check_runs(report), *([performance] if performance else [])]
+                await reporter.sync_check_runs(job, outputs)
                 await reporter.refresh_summary(job.repo, job.pr_number)
                 if job.request.comment_id is not None and job.state != RunState.CANCELLED:
                     content = REACTION_PASSED if _good(report) else REACTION_FAILED
