@@ -132,5 +132,7 @@ async def runnable_request(
         # The checks tab says it too: "action required", not a silent absence of checks.
         for env in environments:
             outputs = render_awaiting_approval_output(env.name, reason=note)
-            await ctx.reporter.create_check_runs(request.repo, request.head_sha, outputs)
+            await ctx.reporter.create_check_runs(
+                request.repo, request.head_sha, outputs, key=f"awaiting-approval/{env.name}"
+            )
     return None

@@ -8,7 +8,7 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +35,15 @@ from bot.core.models import (
     TestsResult,
 )
 from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigger
-from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
+from runner.backends.base import (
+    ProcessLedger,
+    Runner,
+    RunnerError,
+    RunnerFactory,
+    RunnerRequest,
+    RunRefused,
+    Step,
+)
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
@@ -86,6 +94,14 @@ class PipelineDeps:
     keep_workspace: bool = False
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     coverage_dir: Path | None = None  # where coverage maps live; default: under cache_root
+    attempt: int = 1
+    """Which try of the run this is: each gets a workspace of its own, so a retry never works in
+    (or deletes) the directory a dead attempt's leftover processes may still use."""
+    progress: Callable[[RunReport], Awaitable[None]] | None = None
+    """Told the report so far each time a check's result is known (pre-commit, docstrings), so its
+    check run can complete before the tests end. It gets a copy; its failure never stops the run."""
+    processes: ProcessLedger | None = None
+    """Where the host runner records the process group of each step."""
 
 
 class Cancelled(Exception):
@@ -140,6 +156,7 @@ class Pipeline:
                 base_ref=req.base_ref,
                 base_sha=None if req.base_ref else req.base_sha,
                 run_id=self.run_id,
+                attempt=self.deps.attempt,
                 workspace_root=self.deps.workspace_root,
                 cache_root=self.deps.cache_root,
                 token=self.deps.token,
@@ -159,6 +176,7 @@ class Pipeline:
                     self.run_id,
                     trusted_code=req.code_trusted,
                     redact=(self.deps.token,) if self.deps.token else (),
+                    processes=self.deps.processes,
                 )
             )
             await self._runner.prepare()
@@ -234,6 +252,7 @@ class Pipeline:
             analysis.cancel()  # when a step was cancelled or failed; a no-op once it is done
         cfg = self.config
         report.docstrings = docstrings
+        await self._progress(report)  # pre-commit and the docstrings are known: their runs complete
         if rfc_inputs is not None:
             changed, api_changes, new_deps = rfc_inputs
             report.rfc = evaluate_rfc(
@@ -287,6 +306,7 @@ class Pipeline:
             )
             if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
                 report.networked_steps.append("pre-commit hooks")
+            await self._progress(report)
         elif cfg.checks.precommit:
             report.precommit = PrecommitResult(
                 status=CheckStatus.ERROR, message="no base commit to diff against"
@@ -294,6 +314,14 @@ class Pipeline:
         else:
             report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
         self._check_cancelled()
+
+    async def _progress(self, report: RunReport) -> None:
+        if self.deps.progress is None:
+            return
+        try:
+            await self.deps.progress(report.model_copy(deep=True))
+        except Exception:
+            log.exception("reporting progress failed; the run goes on")
 
     # --- performance: base against head, interleaved (docs/performance.md) -------------------------
 

@@ -132,7 +132,7 @@ def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome
             return _Outcome("in_progress", None, in_progress_title(kind.value))
         if report.error:
             # A required check must not pass when the run broke before it.
-            why = one_line(report.error) if report.refused else "the run broke"
+            why = one_line(report.error)
             return _Outcome("completed", "failure", f"Did not run: {why}")
         return _Outcome("completed", "neutral", "Did not run")
     status = getattr(result, "status", None)

@@ -1,7 +1,9 @@
 """`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
 
-Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
-then the dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
+Start-up order matters for "never lose a job": kill what dead runs left running, recover
+interrupted jobs, then start the reconciler (which finishes on GitHub whatever is due), the
+workers, the dispatcher (which first dispatches whatever deliveries the store holds), then accept
+webhooks.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from gidgethub import sansio
 from bot.service.dispatcher import Dispatcher
 from bot.service.executor import RunExecutor
 from bot.service.github import GitHubApp
+from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
@@ -31,6 +34,8 @@ from handlers.routing import router
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
 from runner.backends.docker import remove_orphans
+from runner.backends.host import kill_leftovers
+from runner.workspace import remove_stale_workspaces
 
 log = structlog.get_logger(__name__)
 
@@ -81,28 +86,58 @@ class Service:
     store: Store
     dispatcher: Dispatcher
     workers: WorkerPool
+    reconciler: Reconciler
     session: aiohttp.ClientSession
     app: GitHubApp
     web_app: web.Application
 
     async def stop(self) -> None:
         await self.dispatcher.stop()
+        await self.reconciler.stop()
         await self.workers.stop()
         await self.session.close()
         self.store.close()
+
+
+def recover_at_startup(store: Store, settings: Settings) -> None:
+    """What a dead process left: its steps' processes killed, its runs requeued (or failed past
+    their attempts, due to be reported), its workspaces removed. Nothing runs yet."""
+    killed = kill_leftovers(store.step_processes())
+    for group in store.step_processes():
+        store.forget_step_process(group)
+    if killed:
+        log.warning("leftover steps of dead runs killed", count=len(killed), steps=[g.step for g in killed])
+    requeued, failed = store.recover(settings.max_attempts)
+    if requeued or failed:
+        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    removed = remove_stale_workspaces(settings.workspace_root)
+    if removed:
+        log.info("workspaces of dead runs removed", count=removed)
 
 
 async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
     settings.require_serving()
     db_path = settings.sqlite_path
     store = SQLiteStore(db_path)
-    requeued, failed = store.recover(settings.max_attempts)
-    if requeued or failed:
-        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    await asyncio.to_thread(recover_at_startup, store, settings)
     await asyncio.to_thread(check_engine_at_startup, settings)
     session = aiohttp.ClientSession()
-    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    app = GitHubApp(
+        session,
+        int(settings.app_id or 0),
+        settings.private_key_text(),
+        settings.github_api_url,
+        retry=settings.retry_policy(),
+    )
     locks = PrLocks()
+    reconciler = Reconciler(
+        store,
+        app,
+        locks,
+        max_attempts=settings.max_attempts,
+        interval_s=settings.reconcile_interval_s,
+        stale_after_s=settings.stale_after_s,
+    )
     executor = RunExecutor(
         store,
         runner or runner_factory(service_policy(settings)),
@@ -110,8 +145,15 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         cache_root=settings.cache_root,
         app=app,
         locks=locks,
+        reconciler=reconciler,
     )
-    workers = WorkerPool(store, executor, concurrency=settings.workers)
+    workers = WorkerPool(
+        store,
+        executor,
+        concurrency=settings.workers,
+        heartbeat_s=settings.heartbeat_s,
+        publish=reconciler.publish,
+    )
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
@@ -119,22 +161,27 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         installation = (event.data.get("installation") or {}).get("id")
         bot_login = await app.bot_login()
         gh = await app.client(int(installation)) if installation else None
-        reporter = GitHubReporter(gh, store, locks, bot_login) if gh is not None else None
+        reporter = (
+            GitHubReporter(gh, store, locks, bot_login, app_id=app.app_id, retry=app.retry)
+            if gh is not None
+            else None
+        )
         return HandlerContext(
             gh=gh,
             store=store,
             reporter=reporter,
-            scheduler=Scheduler(store, locks, reporter, wake=workers.wake),
+            scheduler=Scheduler(store, locks, reporter, wake=workers.wake, reconciler=reconciler),
             installation_id=int(installation) if installation else None,
             bot_login=bot_login,
         )
 
     dispatcher = Dispatcher(store, router, context_for, wake=recorded)
     web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
-    return Service(settings, store, dispatcher, workers, session, app, web_app)
+    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app)
 
 
 async def start_service(service: Service) -> None:
+    service.reconciler.start()  # its first pass finishes on GitHub what the last process left due
     service.workers.start()
     service.dispatcher.start()
 

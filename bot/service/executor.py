@@ -1,4 +1,9 @@
-"""Executes one claimed job: report it started, run the pipeline, record and report the result."""
+"""Executes one claimed job: report it started, run the pipeline, record and report the result.
+
+Each check's run completes as soon as its result is known (:class:`EarlyResults`); the final
+state is recorded in the store, due to be reported, and published at once by the reconciler,
+which tries again on its next pass if GitHub could not be told.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +17,19 @@ import structlog
 
 from bot.core.config import RepoConfig
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
-from bot.core.verdict import Verdict, verdict
-from bot.render.check_results import render_check_runs, render_performance_check
-from bot.render.check_runs import render_in_progress_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import CheckRunOutput, render_in_progress_output
 from bot.service.github import GitHubApp
+from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.backends.base import RunnerFactory
+from runner.backends.base import RunnerFactory, StepProcess
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
 
-REACTION_PASSED = "rocket"
 QUEUE_REFRESH_LIMIT = 10  # waiting PRs whose summaries are refreshed when a run starts
-REACTION_FAILED = "confused"
 
 
 class RunExecutor:
@@ -39,6 +42,7 @@ class RunExecutor:
         cache_root: Path,
         app: GitHubApp | None = None,
         locks: PrLocks | None = None,
+        reconciler: Reconciler | None = None,
     ):
         self.store = store
         self.runner_factory = runner_factory
@@ -46,17 +50,15 @@ class RunExecutor:
         self.cache_root = cache_root
         self.app = app
         self.locks = locks or PrLocks()
-
-    async def _reporter(self, job: Job) -> tuple[GitHubReporter | None, str | None]:
-        installation = job.request.installation_id
-        if self.app is None or installation is None:
-            return None, None
-        gh = await self.app.client(installation)
-        token = await self.app.installation_token(installation)
-        return GitHubReporter(gh, self.store, self.locks, await self.app.bot_login()), token
+        self.reconciler = reconciler or Reconciler(store, app, self.locks)
 
     async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
-        reporter, token = await self._reporter(job)
+        reporter = await self.reconciler.reporter(job)
+        token = (
+            await self.app.installation_token(job.request.installation_id)
+            if self.app and job.request.installation_id
+            else None
+        )
         pr = job.pr_number
         await _send_reports("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
@@ -65,35 +67,26 @@ class RunExecutor:
             job = fresh or job
             await _send_reports(
                 "start",
-                reporter.update_check_runs(
-                    job.repo, job.check_runs, render_in_progress_output(job.environment)
+                reporter.sync_check_runs(
+                    job,
+                    render_in_progress_output(job.environment, attempt=job.attempts),
+                    while_state=RunState.RUNNING,
                 ),
                 reporter.refresh_summary(job.repo, pr),
             )
-        report = await self._execute(job, cancel, token)
-        await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
+        early = EarlyResults(self.store, job, reporter)
+        report = await self._execute(job, cancel, token, early)
+        await early.drain()
+        if not await asyncio.to_thread(
+            self.store.finish, job.id, report.state, report, report.error, attempt=job.attempts
+        ):
+            log.warning(
+                "the run was taken back from this worker; its result is dropped", state=report.state.value
+            )
+            return
         await self._remember(job, report)
         log.info("run finished", state=report.state.value, error=report.error)
-        if reporter is not None and pr is not None:
-            await _send_reports(
-                "result",
-                reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
-                reporter.refresh_summary(job.repo, pr),
-                self._performance_check(reporter, job, report),
-            )
-            if job.request.comment_id is not None and report.state != RunState.CANCELLED:
-                good = report.state == RunState.SUCCEEDED and not _has_failures(report)
-                content = REACTION_PASSED if good else REACTION_FAILED
-                await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
-
-    async def _performance_check(self, reporter: GitHubReporter, job: Job, report: RunReport) -> None:
-        """The ``paritybot / performance`` check run exists only for a run that compared benchmarks:
-        it is created already completed, so nothing is left to finish if the run breaks later."""
-        output = render_performance_check(report)
-        if output is None:
-            return
-        ids = await reporter.create_check_runs(job.repo, job.head_sha, [output])
-        await asyncio.to_thread(self.store.set_check_runs, job.id, job.check_runs | ids)
+        await self.reconciler.publish(job.id)
 
     async def _refresh_waiting(self, started: Job) -> None:
         """Everyone behind a run that starts moved up one place: their summaries say so.
@@ -109,11 +102,13 @@ class RunExecutor:
             if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
                 waiting.setdefault((other.repo, other.pr_number), other)
         for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-            reporter, _ = await self._reporter(other)
+            reporter = await self.reconciler.reporter(other)
             if reporter is not None:
                 await reporter.refresh_summary(repo, number)
 
-    async def _execute(self, job: Job, cancel: asyncio.Event, token: str | None) -> RunReport:
+    async def _execute(
+        self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
+    ) -> RunReport:
         config = job.request.config or RepoConfig()
         environment = config.environment(job.environment)
         if environment is None:
@@ -127,6 +122,9 @@ class RunExecutor:
             cache_root=self.cache_root,
             token=token,
             baseline=baseline,
+            attempt=job.attempts,
+            progress=early,
+            processes=StoreLedger(self.store, job.id, job.attempts),
         )
         pipeline = Pipeline(job.request, config, environment, job.id, deps)
         run = asyncio.create_task(pipeline.execute())
@@ -172,5 +170,52 @@ async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
             return
 
 
-def _has_failures(report: RunReport) -> bool:
-    return verdict(report) not in (Verdict.PASS, Verdict.FLAKY_ONLY, Verdict.NOTHING_TO_CHECK)
+class EarlyResults:
+    """The pipeline's progress callback: each check's run completes as soon as its result is known.
+
+    The results so far go into the store at once (the summary shows them); GitHub is told in the
+    background, one update after another, so the run never waits for GitHub.
+    """
+
+    def __init__(self, store: Store, job: Job, reporter: GitHubReporter | None):
+        self.store = store
+        self.job = job
+        self.reporter = reporter
+        self._sending: asyncio.Task[None] | None = None
+
+    async def __call__(self, report: RunReport) -> None:
+        if not await asyncio.to_thread(self.store.save_progress, self.job.id, self.job.attempts, report):
+            return
+        if self.reporter is None or self.job.pr_number is None:
+            return
+        done = [out for out in render_check_runs(report) if out.status == "completed"]
+        previous = self._sending
+        self._sending = asyncio.create_task(self._send(previous, done))
+
+    async def _send(self, previous: asyncio.Task[None] | None, done: list[CheckRunOutput]) -> None:
+        if previous is not None:
+            await previous
+        assert self.reporter is not None and self.job.pr_number is not None
+        await _send_reports(
+            "early results",
+            self.reporter.sync_check_runs(self.job, done, while_state=RunState.RUNNING),
+            self.reporter.refresh_summary(self.job.repo, self.job.pr_number),
+        )
+
+    async def drain(self) -> None:
+        """Wait for the updates under way: the final one must come after them."""
+        if self._sending is not None:
+            await self._sending
+
+
+class StoreLedger:
+    """The host runner's process groups of one attempt, recorded in the store."""
+
+    def __init__(self, store: Store, job_id: str, attempt: int):
+        self.store, self.job_id, self.attempt = store, job_id, attempt
+
+    def started(self, process: StepProcess) -> None:
+        self.store.record_step_process(self.job_id, self.attempt, process)
+
+    def ended(self, process: StepProcess) -> None:
+        self.store.forget_step_process(process)

@@ -13,6 +13,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.service.github import RetryPolicy
+
 KEY_LINE_MIN_LEN = 16
 
 
@@ -63,6 +65,28 @@ class Settings(BaseSettings):
     workspace_root: Path = Field(Path("/tmp/paritybot/workspaces"), description="where runs check out code")
     cache_root: Path = Field(Path("/tmp/paritybot/cache"), description="coverage maps, hook caches")
     max_attempts: int = Field(2, ge=1, le=10, description="tries of a job interrupted by a crash")
+    reconcile_interval_s: float = Field(
+        60.0, gt=0, le=3600, description="how often the reconciler finishes on GitHub what is due"
+    )
+    heartbeat_s: float = Field(
+        10.0, gt=0, le=600, description="how often a running job's worker says it lives"
+    )
+    stale_after_s: float = Field(
+        120.0,
+        gt=0,
+        le=86400,
+        description="a running job whose worker said nothing for this long is taken back",
+    )
+    github_retry_attempts: int = Field(5, ge=1, le=20, description="tries of one GitHub request")
+    github_retry_wait_s: float = Field(
+        0.5, gt=0, le=60, description="the first backoff before a retry (then doubling, with jitter)"
+    )
+    github_rate_limit_wait_s: float = Field(
+        60.0, ge=0, le=3600, description="the wait after a secondary rate limit that names no time"
+    )
+    github_max_wait_s: float = Field(
+        300.0, ge=0, le=86400, description="a longer rate limit fails the request; what is due is sent later"
+    )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -155,6 +179,18 @@ class Settings(BaseSettings):
                 "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only (the host runner gives the code it "
                 "runs this machine's files, network and the service's rights)"
             )
+
+    def retry_policy(self) -> RetryPolicy:
+        wait = self.github_retry_wait_s
+        return RetryPolicy(
+            attempts=self.github_retry_attempts,
+            timeout_s=max(120.0, self.github_max_wait_s),
+            wait_initial_s=wait,
+            wait_max_s=60 * wait,
+            wait_jitter_s=2 * wait,
+            rate_limit_wait_s=self.github_rate_limit_wait_s,
+            max_wait_s=self.github_max_wait_s,
+        )
 
     def service_secrets(self) -> tuple[str, ...]:
         """Values no run's output may show: the webhook secret, the private key and its lines."""
