@@ -34,7 +34,9 @@ def _git_ref(name: str) -> str:
         or name.endswith(("/", ".", ".lock"))
         or ".." in name
         or "//" in name
+        or "/." in name
         or "@{" in name
+        or name == "@"
         or re.search(r"[\x00-\x20\x7f~^:?*\[\\]", name)
     ):
         raise ValueError("not a git branch name")
@@ -245,8 +247,8 @@ M = TypeVar("M", bound=Fields)
 _JSON_TYPES = {
     "NoneType": "null",
     "bool": "a boolean",
-    "int": "a number",
-    "float": "a number",
+    "int": "an integer",
+    "float": "a number with a fraction or an exponent",
     "str": "a string",
     "list": "an array",
     "dict": "an object",
