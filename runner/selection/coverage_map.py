@@ -75,9 +75,6 @@ class CoverageMap(BaseModel):
     def tests_in_file(self, path: str) -> set[str]:
         return self.tests_between(path, 1, 10**9)
 
-    def covered(self, path: str, line: int) -> bool:
-        return bool(self.files.get(path, {}).get(line))
-
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 
