@@ -228,7 +228,7 @@ class PushEvent(Fields):
 
 
 class Account(Fields):
-    login: Login
+    login: Login | None = None  # an enterprise account has a slug instead
 
 
 class InstalledApp(Installation):

@@ -19,6 +19,6 @@ log = structlog.get_logger(__name__)
 async def installation_changed(event: sansio.Event, ctx: HandlerContext) -> None:
     payload = parse(InstallationEvent, event.data)
     installation, action = payload.installation, payload.action or ""
-    account = installation.account.login if installation.account is not None else ""
+    account = (installation.account.login if installation.account is not None else None) or ""
     await asyncio.to_thread(ctx.store.record_installation, installation.id, account, action)
     log.info("installation recorded", installation_id=installation.id, account=account, action=action)
