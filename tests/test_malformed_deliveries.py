@@ -40,6 +40,11 @@ async def deliver(bot: BotHarness, event: str, body: bytes, delivery_id: str = "
         await bot.post(body, payloads.webhook_headers(event, body, SECRET, delivery_id=delivery_id))
     ).status
     assert status == 202, status
+    return await deliver_recorded(bot, delivery_id)
+
+
+async def deliver_recorded(bot: BotHarness, delivery_id: str) -> Delivery:
+    """A recorded delivery once the dispatcher is done with it (failed or dispatched)."""
 
     def done() -> bool:
         return bot.store.delivery_status(delivery_id) != DeliveryStatus.RECEIVED
@@ -277,29 +282,32 @@ async def test_the_unchanged_payloads_are_handled(bot: BotHarness, event: str, b
     assert (delivery.status, delivery.error) == (DeliveryStatus.DISPATCHED, None)
 
 
+async def deliver_deepest(bot: BotHarness, event: str, payload: Payload, path: str) -> Delivery:
+    """The payload with an object at ``path`` nested as deep as the intake takes, up to 1,024
+    (Python's parser refuses what is deeper than it recurses), delivered."""
+    set_at(path, MARK)(payload)
+    for depth in range(1_024, 800, -1):
+        nested = b'{"a":' * depth + b"1" + b"}" * depth
+        body = payloads.encode(payload).replace(json.dumps(MARK).encode(), nested, 1)
+        delivery_id = f"d-deep-{depth}"
+        status = (
+            await bot.post(body, payloads.webhook_headers(event, body, SECRET, delivery_id=delivery_id))
+        ).status
+        if status == 202:
+            break
+        assert status == 400, status
+    else:
+        raise AssertionError("the intake refused every depth")
+    return await deliver_recorded(bot, delivery_id)
+
+
 async def test_repository_full_name_nested_as_deep_as_the_intake_takes(
     bot: BotHarness, json_logs: io.StringIO
 ) -> None:
     # The deepest nesting the intake parses is a little deeper than what the JSON log renderer
     # can write from inside the dispatcher: logged into the delivery's context, it used to make
     # the dispatcher's own error handling raise, and the dispatcher stopped for good.
-    payload = retest_comment(bot)
-    payload["repository"]["full_name"] = MARK
-    for depth in range(1_000, 900, -1):
-        nested = b'{"a":' * depth + b"1" + b"}" * depth
-        body = payloads.encode(payload).replace(json.dumps(MARK).encode(), nested, 1)
-        headers = payloads.webhook_headers("issue_comment", body, SECRET, delivery_id=f"d-deep-{depth}")
-        if (await bot.post(body, headers)).status == 202:
-            break
-    else:
-        raise AssertionError("the intake refused every depth")
-    await bot.wait_for(
-        "the deep delivery to fail",
-        lambda: bot.store.delivery_status(f"d-deep-{depth}") == DeliveryStatus.FAILED,
-        timeout=20,
-    )
-    delivery = bot.store.delivery(f"d-deep-{depth}")
-    assert delivery is not None
+    delivery = await deliver_deepest(bot, "issue_comment", retest_comment(bot), "repository.full_name")
     assert_failed_at_once(delivery, "repository.full_name")
     assert "(got an object)" in (delivery.error or "")
     # The dispatcher goes on: the next delivery is handled.
@@ -307,6 +315,34 @@ async def test_repository_full_name_nested_as_deep_as_the_intake_takes(
     assert good.status == DeliveryStatus.DISPATCHED
     assert await bot.health() == (200, {"status": "ok"})
     assert bot.service is not None and not bot.service.supervisor.deaths
+
+
+async def test_a_key_no_handler_reads_nested_deep_is_ignored(bot: BotHarness) -> None:
+    # GitHub adds keys all the time: one the handlers do not read may hold anything the intake
+    # took, even nesting a fixed-depth JSON parser refuses, and the pull request still runs.
+    delivery = await deliver_deepest(bot, "pull_request", pr_opened(bot), "pull_request.new_field")
+    assert (delivery.status, delivery.error) == (DeliveryStatus.DISPATCHED, None)
+    await bot.wait_runs_done()
+    assert len(bot.bot_comments()) == 1
+
+
+@pytest.mark.parametrize(
+    ("event", "build", "path", "field"),
+    [
+        ("issue_comment", retest_comment, "repository.full_name", "repository.full_name"),
+        ("issue_comment", retest_comment, "comment.body", "comment.body"),
+        ("pull_request", pr_opened, "pull_request.head.ref", "pull_request.head.ref"),
+    ],
+)
+async def test_a_megabyte_value_never_reaches_the_log(
+    bot: BotHarness, json_logs: io.StringIO, event: str, build: Any, path: str, field: str
+) -> None:
+    value = "octo-org/" + "x" * 1_000_000
+    delivery = await deliver(bot, event, encoded(build(bot), set_at(path, value)))
+    assert_failed_at_once(delivery, field)
+    logged = json_logs.getvalue()
+    assert "x" * 1_000 not in logged
+    assert max(len(line) for line in logged.splitlines()) < 2_000
 
 
 async def test_after_every_malformed_delivery_a_real_pull_request_runs_end_to_end(bot: BotHarness) -> None:
