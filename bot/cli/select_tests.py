@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from bot.cli.checkout import UsageError, commit_of, coverage_dir, open_checkout
 from bot.core.config import CONFIG_PATH, ConfigError, parse_repo_config
 from bot.core.models import Selection
 from runner import gitdiff
@@ -16,22 +16,21 @@ from runner.selection.coverage_map import CoverageMapStore
 from runner.selection.select import select_tests
 
 
-def default_coverage_dir(repo: Path) -> Path:
-    """Where the CLI looks for coverage maps: ``$PARITYBOT_COVERAGE_DIR``, else the repo's scratch dir."""
-    configured = os.environ.get("PARITYBOT_COVERAGE_DIR")
-    return Path(configured) if configured else repo / ".paritybot" / "coverage"
-
-
 def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> int:
     """``paritybot select-tests``: print the selection and its reasons; 0 on success, 2 on bad input."""
-    root = Path(repo)
-    head = head or "HEAD"
+    try:
+        root = open_checkout(Path(repo))
+        head = commit_of(root, head or "HEAD", "--head")
+        base = commit_of(root, base, "--base")
+    except UsageError as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
     try:
         base_sha = gitdiff.merge_base(root, base, head)
         # The base's config, as the App reads it: a change must not choose its own selection rules.
         config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
         settings = parse_repo_config(config_text).tests
-        store = CoverageMapStore(default_coverage_dir(root))
+        store = CoverageMapStore(coverage_dir(root))
         cmap = store.load(base_sha) if settings.use_coverage_map else None
         selection = select_tests(root, base_sha, head, settings, cmap)
     except (GitError, UnsafeFileError, ConfigError) as exc:

@@ -66,7 +66,7 @@ def comment_parts(report: RunReport, where: str) -> list[Part]:
     if report.parity is not None and report.parity.rows:
         parts.append(text_part("environment parity", 30, _parity_section(report.parity)))
     if tests is not None and (tests.selection.tests or tests.selection.whole_suite):
-        parts.append(_selection_part(tests.selection, where))
+        parts.append(_selection_part(tests.selection, where, tests))
     return parts
 
 
@@ -249,7 +249,7 @@ def _rfc_section(rfc: RfcReport) -> str:
     return details(summary, "\n\n".join(blocks))
 
 
-def _selection_part(selection: Selection, where: str) -> Part:
+def _selection_part(selection: Selection, where: str, tests: TestsResult) -> Part:
     groups = _selection_groups(selection)
     cap = min(len(groups), limits.COMMENT_SELECTION_REASONS)
 
@@ -278,7 +278,7 @@ def _selection_part(selection: Selection, where: str) -> Part:
             )
         if not selection.whole_suite:
             blocks.append(f"Run everything with `{COMMAND} all`.")
-        return details(selection_summary(selection), "\n\n".join(blocks))
+        return details(selection_summary(selection, tests), "\n\n".join(blocks))
 
     return Part(label="test selection", priority=20, render=render, entries=cap, total=len(groups))
 
