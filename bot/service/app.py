@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import aiohttp
 import structlog
 from aiohttp import web
-from gidgethub import sansio
 
 from bot.service.dispatcher import Dispatcher
 from bot.service.executor import RunExecutor
@@ -27,6 +26,7 @@ from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
 from bot.service.store.protocol import Store
 from bot.service.store.sqlite import SQLiteStore
+from bot.service.supervisor import Supervisor
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
 from handlers.context import HandlerContext
@@ -90,6 +90,7 @@ class Service:
     session: aiohttp.ClientSession
     app: GitHubApp
     web_app: web.Application
+    supervisor: Supervisor
 
     async def stop(self) -> None:
         await self.dispatcher.stop()
@@ -157,10 +158,9 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
-    async def context_for(event: sansio.Event) -> HandlerContext:
-        installation = (event.data.get("installation") or {}).get("id")
+    async def context_for(installation: int | None) -> HandlerContext:
         bot_login = await app.bot_login()
-        gh = await app.client(int(installation)) if installation else None
+        gh = await app.client(installation) if installation is not None else None
         reporter = (
             GitHubReporter(gh, store, locks, bot_login, app_id=app.app_id, retry=app.retry)
             if gh is not None
@@ -171,19 +171,25 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
             store=store,
             reporter=reporter,
             scheduler=Scheduler(store, locks, reporter, wake=workers.wake, reconciler=reconciler),
-            installation_id=int(installation) if installation else None,
+            installation_id=installation,
             bot_login=bot_login,
         )
 
     dispatcher = Dispatcher(store, router, context_for, wake=recorded)
-    web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
-    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app)
+    supervisor = Supervisor()
+    web_app = create_web_app(
+        settings.webhook_secret.get_secret_value(),
+        store,
+        on_recorded=recorded.set,
+        loops_down=supervisor.down,
+    )
+    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor)
 
 
 async def start_service(service: Service) -> None:
-    service.reconciler.start()  # its first pass finishes on GitHub what the last process left due
-    service.workers.start()
-    service.dispatcher.start()
+    service.reconciler.start(service.supervisor)  # its first pass finishes what the last process left due
+    service.workers.start(service.supervisor)
+    service.dispatcher.start(service.supervisor)
 
 
 async def serve(settings: Settings) -> None:

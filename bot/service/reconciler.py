@@ -37,6 +37,7 @@ from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -172,8 +173,8 @@ class Reconciler:
     def wake(self) -> None:
         self._wake.set()
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="reconciler")
+    def start(self, supervisor: Supervisor) -> None:
+        self._task = supervisor.keep("reconciler", self._loop)
 
     async def stop(self) -> None:
         if self._task is not None:

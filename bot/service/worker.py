@@ -18,6 +18,7 @@ import structlog
 from bot.core.models import RunState
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -55,10 +56,8 @@ class WorkerPool:
         """New work was queued; don't wait for the next poll."""
         self._wake.set()
 
-    def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._loop(), name=f"worker-{i}") for i in range(self._concurrency)
-        ]
+    def start(self, supervisor: Supervisor) -> None:
+        self._tasks = [supervisor.keep(f"worker-{i}", self._loop) for i in range(self._concurrency)]
 
     async def stop(self) -> None:
         """Stop taking jobs and abandon the running ones; they stay `running` for recovery."""

@@ -26,6 +26,8 @@ class Delivery(BaseModel):
     body: bytes
     received_at: datetime
     attempts: int = 0
+    status: DeliveryStatus = DeliveryStatus.RECEIVED
+    error: str | None = Field(None, description="why its last attempt failed, in one line")
 
 
 class Job(BaseModel):

@@ -52,6 +52,18 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _delivery(row: sqlite3.Row) -> Delivery:
+    return Delivery(
+        delivery_id=row["delivery_id"],
+        event=row["event"],
+        body=row["body"],
+        received_at=datetime.fromisoformat(row["received_at"]),
+        attempts=row["attempts"],
+        status=DeliveryStatus(row["status"]),
+        error=row["error"],
+    )
+
+
 class SQLiteStore:
     """:class:`bot.service.store.protocol.Store` on one SQLite file."""
 
@@ -101,20 +113,11 @@ class SQLiteStore:
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         rows = self._query(
-            "SELECT delivery_id, event, body, received_at, attempts FROM deliveries "
+            "SELECT delivery_id, event, body, received_at, attempts, status, error FROM deliveries "
             "WHERE status = 'received' AND (not_before IS NULL OR not_before <= ?) ORDER BY rowid LIMIT ?",
             (_now(), limit),
         )
-        return [
-            Delivery(
-                delivery_id=r["delivery_id"],
-                event=r["event"],
-                body=r["body"],
-                received_at=datetime.fromisoformat(r["received_at"]),
-                attempts=r["attempts"],
-            )
-            for r in rows
-        ]
+        return [_delivery(r) for r in rows]
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
         with self._tx() as c:
@@ -135,6 +138,14 @@ class SQLiteStore:
     def delivery_status(self, delivery_id: str) -> DeliveryStatus | None:
         rows = self._query("SELECT status FROM deliveries WHERE delivery_id = ?", (delivery_id,))
         return DeliveryStatus(rows[0]["status"]) if rows else None
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        rows = self._query(
+            "SELECT delivery_id, event, body, received_at, attempts, status, error FROM deliveries "
+            "WHERE delivery_id = ?",
+            (delivery_id,),
+        )
+        return _delivery(rows[0]) if rows else None
 
     def delivery_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
