@@ -20,10 +20,10 @@ from bot.core.models import Selection
 from bot.service.logs import configure_logging
 from runner.git import GitError
 from runner.selection.coverage_map import CoverageMap, CoverageMapStore
+from runner.selection.pr import GivenMap, select_tests
 from runner.selection.select import (
     Signal,
     parse_collect_only,
-    select_tests,
     split_nodeid,
 )
 
@@ -52,7 +52,7 @@ class Sample:
         all_tests: list[str] | None = ALL_TESTS,
         signals: frozenset[Signal] | None = None,
     ) -> Selection:
-        cmap = self.cmap if with_map else None
+        cmap = GivenMap(self.cmap) if with_map else None
         return select_tests(
             self.repo.path, self.base, head, settings or TestSettings(), cmap, all_tests, signals
         )
@@ -293,7 +293,7 @@ def test_cli_without_a_map_uses_static_signals_and_reports_bad_refs(
     monkeypatch.setenv("PARITYBOT_COVERAGE_DIR", str(tmp_path / "empty"))
     assert select_tests_main(str(sample.repo.path), sample.base, head, as_json=False) == 0
     out = capsys.readouterr().out
-    assert "static analysis (no coverage map cached)" in out
+    assert "static analysis (no coverage map found)" in out
     assert "tests/test_stats.py::test_mean\n    imports `shapes.stats.mean` which this PR changes" in out
     assert select_tests_main(str(sample.repo.path), "nope", head, as_json=False) == 2
     assert "nope" in capsys.readouterr().err

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from bot.service.settings import Settings, SettingsError, load_settings
-
-CLI = [sys.executable, "-m", "bot.cli.main"]
-
-
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float | None = None
-) -> subprocess.CompletedProcess[str]:
-    import os
-
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PARITYBOT_")}
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd, timeout=timeout
-    )
 
 
 def test_serve_refuses_to_start_without_a_webhook_secret() -> None:

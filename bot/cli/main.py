@@ -202,7 +202,18 @@ def _coverage_map(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"coverage map of {report.head_sha[:12]} recorded in {default_coverage_dir(args.repo.resolve())}")
+    where = default_coverage_dir(args.repo.resolve())
+    health = report.coverage_map
+    print(
+        f"coverage map of {report.head_sha[:12]} recorded in {where}"
+        + (f": {health.describe()}" if health else "")
+    )
+    if health is not None and health.holes:
+        print(
+            f"paritybot: the map is partial: it knows nothing of {', '.join(health.holes)}; selections "
+            "use the static signals for the tests there",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -13,10 +13,12 @@ Signals, strongest first; each adds a reason to every test it selects:
 5. file names (``tests/test_ops.py`` ↔ ``ops.py``) where the map cannot help.
 
 A change to conftest.py, packaging, CI files, ``tests.whole_suite_globs`` or compiled sources
-selects the whole suite. ``tests.max_tests`` keeps the strongest signals and lists what it cut.
+selects the whole suite. A change that cannot alter behaviour (comments, docstrings, formatting
+that leaves the syntax tree equal) selects nothing. ``tests.max_tests`` keeps the strongest
+signals and lists what it cut.
 
 The decision (:func:`select_for_change`) is a pure function of the change, the settings, the map
-and a source reader; :func:`select_tests` does the git reading around it.
+and a source reader; :mod:`runner.selection.pr` reads the pull request from git around it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from runner.selection.import_graph import (
     symbol_at,
     symbols_at,
 )
+from runner.selection.neutral import behaviour_neutral, changed_doctests
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +84,7 @@ class Signal(IntEnum):
     IMPORT_TIME = 4
     STATIC = 5
     NAME = 6
+    BASE_BRANCH = 7  # changed on the base branch since the coverage map was recorded
 
 
 class _Model(BaseModel):
@@ -125,15 +129,22 @@ class _Hit:
 
 
 class _Hits:
-    """Per test: the strongest signal, how much of the change it covers, and the reasons."""
+    """Per test: the strongest signal, how much of the change it covers, and the reasons.
+
+    While ``relabel`` is set (the change the base branch made since the coverage map), every hit
+    is recorded as that, the weakest signal, with that reason: it is not the PR's change.
+    """
 
     def __init__(self, enabled: frozenset[Signal] | None = None) -> None:
         self.by_test: dict[str, _Hit] = {}
         self.enabled = enabled if enabled is not None else frozenset(Signal)
+        self.relabel: str | None = None
 
     def add(self, nodeid: str, rank: Signal, reason: str, weight: int = 1) -> None:
         if rank not in self.enabled:
             return
+        if self.relabel is not None:
+            rank, reason = Signal.BASE_BRANCH, self.relabel
         hit = self.by_test.setdefault(nodeid, _Hit(rank=rank))
         hit.rank = min(hit.rank, rank)
         hit.weight += weight
@@ -142,6 +153,9 @@ class _Hits:
 
     def add_line(self, nodeid: str, path: str, line: int) -> None:
         if Signal.LINE not in self.enabled:
+            return
+        if self.relabel is not None:
+            self.add(nodeid, Signal.LINE, "")
             return
         hit = self.by_test.setdefault(nodeid, _Hit(rank=Signal.LINE))
         hit.rank = min(hit.rank, Signal.LINE)
@@ -198,18 +212,46 @@ class _Universe:
         if all_tests is not None:
             self.test_files |= {split_nodeid(n)[0] for n in all_tests}
         self._read = reader
+        self._defs: dict[str, tuple[ModuleInfo, LineInfo]] = {}
         self._by_file: dict[str, list[str]] = {}
         for nodeid in all_tests or []:
             self._by_file.setdefault(split_nodeid(nodeid)[0], []).append(nodeid)
 
     def exists(self, nodeid: str) -> bool:
-        """Whether a node id (from the coverage map of an older commit, say) still names a test."""
+        """Whether a node id (from the coverage map of an older commit, say) still names a test.
+
+        Without collected ids the answer comes from the test file's source: a missing file, or a
+        test function or class no longer defined there, is gone; a method a class may inherit, a
+        name bound by an import or a star import, is given the benefit of the doubt.
+        """
         if nodeid in self._all:
             return True
         path, names, param = split_nodeid(nodeid)
         if self.all_tests is not None:
             return not param and bool(self.expand(path, names))
-        return path in self.test_files or path in self._head_files
+        if path not in self.test_files and path not in self._head_files:
+            return False
+        return not names or self._defined(path, names)
+
+    def _defined(self, path: str, names: list[str]) -> bool:
+        if path not in self._defs:
+            text = self._read(path)
+            module = analyze_module(path, PurePosixPath(path).stem, text or "", is_test=True)
+            self._defs[path] = (module, line_info(text or ""))
+        module, info = self._defs[path]
+        if module.error or module.star_imports or "__getattr__" in module.symbols:
+            return True
+        top = module.symbols.get(names[0])
+        if top is None:
+            return False
+        if len(names) == 1 or top.kind != SymbolKind.CLASS:
+            return True
+        qualified = {q for q, _, _ in [*info.functions, *info.classes]}
+        for depth in range(1, len(names)):
+            if ".".join(names[: depth + 1]) not in qualified:
+                # Not in the class body: inherited from a base class, or gone.
+                return _inherits(module, ".".join(names[:depth]))
+        return True
 
     def expand(self, path: str, names: list[str] | None = None) -> list[str]:
         """Node ids under ``path::names`` (all parametrized cases, all methods of a class)."""
@@ -231,6 +273,17 @@ class _Universe:
         module = analyze_module(path, PurePosixPath(path).stem, text, is_test=True)
         ids = [f"{path}::{s.name}" for s in module.symbols.values() if is_test_symbol(s, module)]
         return ids or [path]
+
+
+_PLAIN_BASES = {"object", "TestCase", "unittest.TestCase", "IsolatedAsyncioTestCase"}
+
+
+def _inherits(module: ModuleInfo, owner: str) -> bool:
+    """Whether class ``owner`` (dotted inside the module) may inherit tests from a base class."""
+    sym = module.symbols.get(owner)
+    if sym is None:
+        return True  # a nested class: its bases are not recorded, so it may inherit
+    return any(b not in _PLAIN_BASES for b in sym.bases)
 
 
 def parse_collect_only(output: str) -> list[str]:
@@ -333,6 +386,7 @@ class _Context:
     read: SourceReader
     universe: _Universe
     hits: _Hits
+    removed: set[str] = field(default_factory=set)  # selected, but not a test at head
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)
     _line_info: dict[str, LineInfo] = field(default_factory=dict)
@@ -363,6 +417,41 @@ class _Context:
         for nodeid in nodeids:
             if self.universe.exists(nodeid):
                 self.hits.add(nodeid, rank, reason, weight)
+            elif rank in self.hits.enabled:
+                self.removed.add(nodeid)
+
+    def tests_running(self, path: str, first: int, last: int) -> set[str]:
+        """Tests that ran lines ``first``–``last`` of ``path``, or whose module's import did."""
+        assert self.cmap is not None
+        tests = self.cmap.tests_between(path, first, last)
+        for module in self.cmap.importers_between(path, first, last):
+            tests.update(self.universe.expand(module))
+        return tests
+
+
+@dataclass
+class Drift:
+    """What the base branch changed between the coverage map's commit and the merge base.
+
+    The map describes ``change.base``; the tests that change reaches are added to the selection,
+    said to be for that reason, because the map may no longer know how they run.
+    """
+
+    change: ChangeSet
+    cmap: CoverageMap
+
+
+def neutral_files(changes: list[FileChange]) -> list[str]:
+    """Changed Python files whose change cannot alter behaviour (see :mod:`runner.selection.neutral`)."""
+    return [
+        fc.path
+        for fc in changes
+        if fc.path.endswith(".py")
+        and fc.base_text is not None
+        and fc.head_text is not None
+        and fc.base_path == fc.path
+        and behaviour_neutral(fc.base_text, fc.head_text)
+    ]
 
 
 def select_for_change(
@@ -372,27 +461,72 @@ def select_for_change(
     coverage_map: CoverageMap | None = None,
     all_tests: list[str] | None = None,
     signals: frozenset[Signal] | None = None,
+    drift: Drift | None = None,
 ) -> Selection:
     """Decide the tests for a change already read from git (see the module docstring).
 
-    ``signals`` limits which signals may select (all by default); the benchmark uses it to
-    measure each one alone.
+    ``coverage_map`` must describe ``change.base``'s lines (:func:`runner.selection.pr.rebase_map`
+    makes an older map do so); ``drift`` is what the base branch changed since the map's own
+    commit. ``signals`` limits which signals may select (all by default); the benchmark uses it
+    to measure each one alone.
     """
     total = len(all_tests) if all_tests is not None else None
-    whole = whole_suite_reasons(change.files, settings)
+    neutral = neutral_files(change.files)
+    files = [fc for fc in change.files if fc.path not in neutral]
+    whole = whole_suite_reasons(files, settings)
     if whole:
-        return Selection(whole_suite=True, whole_suite_reasons=whole, total_tests=total)
+        return Selection(
+            whole_suite=True, whole_suite_reasons=whole, total_tests=total, unchanged_behaviour=neutral
+        )
     test_files = discover_test_files(change.head_files, settings)
 
     def read_head(path: str) -> str | None:
         return read(change.head, [path]).get(path)
 
     universe = _Universe(all_tests, test_files, change.head_files, read_head)
-    ctx = _Context(change, settings, coverage_map, read, universe, _Hits(signals))
-    for fc in change.files:
+    hits = _Hits(signals)
+    ctx = _Context(change, settings, coverage_map, read, universe, hits)
+    for fc in files:
         _select_for_file(ctx, fc, test_files)
     _always_run(ctx)
-    return _apply_budget(ctx.hits, settings, total)
+    if drift is not None:
+        _drift(drift, ctx)
+    selection = _apply_budget(hits, settings, total)
+    selection.unchanged_behaviour = neutral
+    gone = ctx.removed - {t.nodeid for t in selection.tests}
+    selection.removed = sorted(n for n in gone if _defined_at_base(ctx, n))
+    return selection
+
+
+def _defined_at_base(ctx: _Context, nodeid: str) -> bool:
+    """Whether a test gone at head was there at the merge base: then this PR renamed or removed it
+    (otherwise the base branch did, after the coverage map was recorded)."""
+    change = ctx.change
+
+    def read_base(path: str) -> str | None:
+        return ctx.read(change.base, [path]).get(path)
+
+    base = _Universe(None, discover_test_files(change.base_files, ctx.settings), change.base_files, read_base)
+    return base.exists(nodeid)
+
+
+def _drift(drift: Drift, pr: _Context) -> None:
+    """The tests the base branch's own change since the map reaches, labelled as such."""
+    ctx = _Context(drift.change, pr.settings, drift.cmap, pr.read, pr.universe, pr.hits)
+    test_files = discover_test_files(drift.change.head_files, pr.settings)
+    since = (drift.cmap.commit or drift.change.base)[:12]
+    neutral = set(neutral_files(drift.change.files))
+    try:
+        for fc in drift.change.files:
+            if fc.path in neutral:
+                continue
+            pr.hits.relabel = (
+                f"`{fc.path}` changed on the base branch since the coverage map ({since}) was recorded"
+            )
+            _select_for_file(ctx, fc, test_files)
+    finally:
+        pr.hits.relabel = None
+    pr.removed.update(ctx.removed)
 
 
 def _select_for_file(ctx: _Context, fc: FileChange, test_files: set[str]) -> None:
@@ -404,13 +538,35 @@ def _select_for_file(ctx: _Context, fc: FileChange, test_files: set[str]) -> Non
         return
     if path in test_files or fc.base_path in test_files:
         _edited_tests(ctx, fc)
+    elif fc.base_text is not None and fc.head_text is not None:
+        _doctests(ctx, fc)
     known = ctx.cmap is not None and ctx.cmap.knows(fc.base_path) and fc.base_text is not None
     if known:
         _coverage(ctx, fc)
+        if path not in test_files and ctx.cmap is not None and ctx.cmap.holes():
+            # Test modules that did not collect when the map was recorded: the map cannot speak
+            # for them, the static graph and the file names can.
+            _static(ctx, fc, fallback=True, only=set(ctx.cmap.holes()))
+            _name_match(ctx, fc, only=set(ctx.cmap.holes()))
     else:
         _static(ctx, fc, fallback=ctx.cmap is not None)
         if path not in test_files:
             _name_match(ctx, fc)
+
+
+def _doctests(ctx: _Context, fc: FileChange) -> None:
+    """A changed doctest selects the doctest items of its file that pytest collected (or the map knows)."""
+    assert fc.base_text is not None and fc.head_text is not None
+    changed = changed_doctests(fc.base_text, fc.head_text)
+    if not changed:
+        return
+    known = set(ctx.universe.all_tests or []) | set(ctx.cmap.tests if ctx.cmap is not None else [])
+    items = [n for n in known if split_nodeid(n)[0] in (fc.path, fc.base_path)]
+    module = ctx.module_name(fc.path)
+    for qual in changed:
+        target = f"{module}.{qual}" if qual else module
+        chosen = [n for n in items if split_nodeid(n)[1][-1:] == [target]] or items
+        ctx.add_tests(chosen, Signal.EDITED, f"a doctest of `{target}`, which this PR changes")
 
 
 # --- Signal: tests the PR edits ----------------------------------------------------------------------
@@ -422,6 +578,10 @@ def _edited_tests(ctx: _Context, fc: FileChange) -> None:
     if fc.status == FileStatus.ADDED or fc.base_text is None:
         ctx.add_tests(ctx.universe.expand(fc.path), Signal.EDITED, "added by this PR", weight=3)
         return
+    if fc.base_path != fc.path:
+        # Its node ids are new: every test in it is one the map has never seen.
+        reason = f"moved by this PR from {fc.base_path}"
+        ctx.add_tests(ctx.universe.expand(fc.path), Signal.EDITED, reason, weight=3)
     diff = diff_lines(fc.base_text, fc.head_text)
     info = line_info(fc.head_text)
     module = analyze_module(fc.path, PurePosixPath(fc.path).stem, fc.head_text, is_test=True)
@@ -491,13 +651,25 @@ def _coverage(ctx: _Context, fc: FileChange) -> None:
         if not stmt or stmt[0] in done:
             continue  # comment, blank line, docstring; or a statement already looked up
         done.add(stmt[0])
+        if any(n in cmap.unmapped.get(path, ()) for n in stmt):
+            # Added on the base branch after the map was recorded: the map cannot know it.
+            _static_lines(ctx, fc, head_lines=set(), base_lines=set(stmt), new_only=False, changed=True)
+            continue
         tests = cmap.tests_at(path, stmt)
         for nodeid in tests:
             if ctx.universe.exists(nodeid):
                 ctx.hits.add_line(nodeid, fc.path, min(stmt))
+            else:
+                ctx.removed.add(nodeid)
+        importers = cmap.importers_at(path, stmt)
+        for module in sorted(importers):
+            reason = (
+                f"{module} runs {fc.path}:{min(stmt)} while it is imported, and this PR changes that line"
+            )
+            ctx.add_tests(ctx.universe.expand(module), Signal.LINE, reason)
         if any(cmap.import_time(path, n) for n in stmt):
             _import_time(ctx, fc, base_info, min(stmt))
-        elif not tests:
+        elif not tests and not importers:
             _enclosing_function(ctx, fc, base_info, line, "which this PR changes")
     if fc.head_text is not None:
         _insertions(ctx, fc, base_info, diff)
@@ -510,7 +682,7 @@ def _enclosing_function(ctx: _Context, fc: FileChange, info: LineInfo, line: int
     if scope is None:
         return False
     qual, first, last = scope
-    tests = ctx.cmap.tests_between(fc.base_path, first, last)
+    tests = ctx.tests_running(fc.base_path, first, last)
     kind = "class" if scope in info.classes else "function"
     reason = f"runs {kind} `{ctx.module_name(fc.path)}.{qual}` ({fc.path}:{first}–{last}), {what}"
     ctx.add_tests(tests, Signal.FUNCTION, reason)
@@ -592,7 +764,7 @@ def _users_by_coverage(
     if changed.name == MODULE_BODY:
         name = ctx.module_name(fc.path)
         reason = f"imports `{name}`, whose module-level code this PR changes ({fc.path}:{line})"
-        ctx.add_tests(ctx.cmap.tests_in_file(fc.base_path), Signal.IMPORT_TIME, reason)
+        ctx.add_tests(ctx.tests_running(fc.base_path, 1, 10**9), Signal.IMPORT_TIME, reason)
         return len(ctx.hits.by_test) > before
     label = graph.display(changed)
     seen = {changed}
@@ -611,7 +783,7 @@ def _users_by_coverage(
                 queue.append(user)
                 continue
             reason = f"runs `{graph.display(user)}`, which uses `{label}` changed in this PR"
-            tests = {t for first, last in sym.ranges for t in ctx.cmap.tests_between(user.path, first, last)}
+            tests = {t for first, last in sym.ranges for t in ctx.tests_running(user.path, first, last)}
             found = found or bool(tests)
             ctx.add_tests(tests, Signal.IMPORT_TIME, reason)
             if not tests or (
@@ -649,8 +821,10 @@ def _body_runs_at_import(ctx: _Context, path: str, ranges: list[tuple[int, int]]
 # --- Signal: the static import graph ------------------------------------------------------------------
 
 
-def _static(ctx: _Context, fc: FileChange, *, fallback: bool) -> None:
-    """Symbols at the changed lines → tests that use them, resolved through re-exports."""
+def _static(ctx: _Context, fc: FileChange, *, fallback: bool, only: set[str] | None = None) -> None:
+    """Symbols at the changed lines → tests that use them, resolved through re-exports.
+
+    ``only``: test files to select from (the holes of a partial coverage map)."""
     if Signal.STATIC not in ctx.hits.enabled:
         return
     head_lines: set[int] = set()
@@ -662,7 +836,7 @@ def _static(ctx: _Context, fc: FileChange, *, fallback: bool) -> None:
         head_lines = set(range(1, fc.head_text.count("\n") + 2))
     elif fc.base_text is not None:
         base_lines = set(range(1, fc.base_text.count("\n") + 2))
-    _static_lines(ctx, fc, head_lines, base_lines, new_only=False, fallback=fallback)
+    _static_lines(ctx, fc, head_lines, base_lines, new_only=False, fallback=fallback, only=only)
 
 
 def _static_lines(
@@ -673,8 +847,13 @@ def _static_lines(
     *,
     new_only: bool,
     fallback: bool = True,
+    changed: bool = False,
+    only: set[str] | None = None,
 ) -> None:
+    """``changed``: base lines whose symbols the PR changes (not only those it removes)."""
     note = " (no coverage data for it yet)" if fallback else ""
+    if only is not None:
+        note = " (its test module did not collect when the coverage map was recorded)"
     if head_lines and fc.head_text is not None:
         graph = ctx.graph("head")
         module = graph.modules.get(fc.path)
@@ -686,16 +865,20 @@ def _static_lines(
                 names = {n for n in names - base_names if module.symbols[n].kind != SymbolKind.IMPORT}
             keys = [SymbolKey(path=fc.path, name=n) for n in sorted(names)]
             verb = "adds" if fc.base_text is None or new_only else "changes"
-            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR {verb}{note}")
+            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR {verb}{note}", only)
     if base_lines and fc.base_text is not None:
         graph = ctx.graph("base")
         module = graph.modules.get(fc.base_path)
         head_names = _top_names(fc.head_text, fc.path)
         if module is not None:
             names = {n for line in base_lines for n in symbols_at(module, line)}
+            if changed:
+                keys = [SymbolKey(path=fc.base_path, name=n) for n in sorted(names)]
+                _reach(ctx, graph, keys, Signal.STATIC, "which this PR changes (no coverage data for it yet)")
+                return
             gone = sorted(names - head_names) if fc.head_text is not None else sorted(names)
             keys = [SymbolKey(path=fc.base_path, name=n) for n in gone]
-            _reach(ctx, graph, keys, Signal.STATIC, "which this PR removes or renames")
+            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR removes or renames{note}", only)
 
 
 def _top_names(text: str | None, path: str) -> set[str]:
@@ -704,10 +887,19 @@ def _top_names(text: str | None, path: str) -> set[str]:
     return set(analyze_module(path, PurePosixPath(path).stem, text).symbols)
 
 
-def _reach(ctx: _Context, graph: ImportGraph, changed: list[SymbolKey], rank: Signal, what: str) -> None:
+def _reach(
+    ctx: _Context,
+    graph: ImportGraph,
+    changed: list[SymbolKey],
+    rank: Signal,
+    what: str,
+    only: set[str] | None = None,
+) -> None:
     if not changed or rank not in ctx.hits.enabled:
         return
     for test, reach in graph.tests_reaching(changed).items():
+        if only is not None and test.path not in only:
+            continue
         outside = [k for k in reach.chain if k.path != test.path]
         if not outside:
             continue  # the test's own file: the edited-tests signal speaks for it
@@ -722,13 +914,13 @@ def _reach(ctx: _Context, graph: ImportGraph, changed: list[SymbolKey], rank: Si
 # --- Signal: file names, data files, always_run -------------------------------------------------------
 
 
-def _name_match(ctx: _Context, fc: FileChange) -> None:
+def _name_match(ctx: _Context, fc: FileChange, only: set[str] | None = None) -> None:
     pure = PurePosixPath(fc.path)
     stem = (pure.parent.name if pure.stem == "__init__" else pure.stem).strip("_")
     if not stem:
         return
     patterns = (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem}_*.py")
-    for test_file in sorted(ctx.universe.test_files):
+    for test_file in sorted(ctx.universe.test_files if only is None else only & ctx.universe.test_files):
         name = PurePosixPath(test_file).name
         if any(fnmatch.fnmatchcase(name, p) for p in patterns):
             reason = f"{test_file} is named after {fc.path}, which this PR changes"
@@ -770,7 +962,24 @@ def _always_run(ctx: _Context) -> None:
 # --- Budget -------------------------------------------------------------------------------------------
 
 
+def _subsume_cases(hits: _Hits) -> None:
+    """``test_f`` selected as a whole (no collected ids) runs every case: fold ``test_f[...]`` into it.
+
+    The cases a map recorded may not exist any more when the PR changed the parametrization."""
+    for nodeid in [n for n in hits.by_test if "[" in n]:
+        whole = nodeid.partition("[")[0]
+        if whole in hits.by_test:
+            case = hits.by_test.pop(nodeid)
+            hit = hits.by_test[whole]
+            hit.rank = min(hit.rank, case.rank)
+            hit.weight += case.weight
+            hit.reasons.extend(r for r in case.reasons if r not in hit.reasons)
+            for path, lines in case.lines.items():
+                hit.lines.setdefault(path, set()).update(lines)
+
+
 def _apply_budget(hits: _Hits, settings: TestSettings, total: int | None) -> Selection:
+    _subsume_cases(hits)
     ranked = hits.ranked()
     keep = ranked if settings.max_tests is None else ranked[: settings.max_tests]
     dropped = [] if settings.max_tests is None else [n for n, _ in ranked[settings.max_tests :]]
@@ -781,7 +990,8 @@ def _apply_budget(hits: _Hits, settings: TestSettings, total: int | None) -> Sel
 # --- Reading the change from git ----------------------------------------------------------------------
 
 
-def _reader(repo: Path) -> SourceReader:
+def source_reader(repo: Path) -> SourceReader:
+    """Reads files of any commit from git's objects, each (commit, path) once."""
     cache: dict[tuple[str, str], str | None] = {}
 
     def read(rev: str, paths: list[str]) -> dict[str, str | None]:
@@ -822,41 +1032,3 @@ def read_change(repo: Path, base: str, head: str, read: SourceReader) -> ChangeS
         head_files=gitdiff.list_files(repo, head),
         base_files=gitdiff.list_files(repo, base),
     )
-
-
-def select_tests(
-    repo: Path,
-    base: str,
-    head: str,
-    settings: TestSettings,
-    coverage_map: CoverageMap | None = None,
-    all_tests: list[str] | None = None,
-    signals: frozenset[Signal] | None = None,
-) -> Selection:
-    """The tests a PR (``base``...``head``) can affect, each with the reasons it was chosen.
-
-    The change is measured from the merge base of ``base`` and ``head``. A coverage map is
-    assumed to describe that commit unless its own ``commit`` says otherwise, in which case the
-    change is measured from the map's commit (it then also includes what landed since; more
-    tests, never fewer).
-
-    Raises:
-        GitError: a revision is unknown or git failed.
-    """
-    repo = Path(repo)
-    head_sha = gitdiff.merge_base(repo, head, head)  # the merge base of a commit with itself: its sha
-    base_sha = gitdiff.merge_base(repo, base, head)
-    if coverage_map is not None and coverage_map.commit and coverage_map.commit != base_sha:
-        base_sha = coverage_map.commit
-    read = _reader(repo)
-    change = read_change(repo, base_sha, head_sha, read)
-    selection = select_for_change(change, settings, read, coverage_map, all_tests, signals)
-    log.info(
-        "tests selected",
-        base=base_sha[:12],
-        head=head_sha[:12],
-        whole_suite=selection.whole_suite,
-        selected=len(selection.tests),
-        coverage_map=coverage_map is not None,
-    )
-    return selection
