@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from gitrepo import GitRepo
-
 from runner.selection.import_graph import (
     MODULE_BODY,
     SymbolKey,
@@ -13,7 +9,6 @@ from runner.selection.import_graph import (
     analyze_module,
     build_graph,
     line_info,
-    load_sources,
     module_names,
     symbols_at,
 )
@@ -153,24 +148,6 @@ def test_line_info_maps_continuation_lines_and_skips_comments_and_docstrings() -
     assert info.statement[3] == 2  # a multi-line signature is the def statement
     assert 1 not in info.statement and 4 not in info.statement and 5 not in info.statement
     assert info.functions == [("f", 2, 7)]
-
-
-def test_load_sources_reads_the_commit_not_the_checkout(tmp_path: Path) -> None:
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "secret.py").write_text("HOST_SECRET = 1\n")
-    repo = GitRepo(tmp_path / "repo")
-    (repo.path / "pkg").mkdir()
-    (repo.path / "pkg" / "link.py").symlink_to(host / "secret.py")
-    (repo.path / "vendored").symlink_to(host)
-    repo.git("add", "pkg/link.py", "vendored")
-    head = repo.commit(
-        {"pkg/a.py": "x = 1\n", ".venv/lib/b.py": "y = 2\n", "build/c.py": "z = 3\n", "big.py": "#" * 200}
-    )
-    (repo.path / "pkg" / "untracked.py").write_text("w = 4\n")  # in the checkout only
-    # Virtual environments, build output, links (to a file or a directory), files over the cap
-    # and files outside the commit are all left out.
-    assert load_sources(repo.path, head, max_bytes=100) == {"pkg/a.py": "x = 1\n"}
 
 
 def test_unittest_classes_count_as_tests_whatever_their_name() -> None:

@@ -41,12 +41,12 @@ from bot.core.models import (
 )
 from bot.core.verdict import Verdict, verdict
 from bot.render.annotations import annotation_batches, failure_line, nodeid_path
+from bot.render.check_results import render_check_runs
 from bot.render.check_runs import (
     CheckRunOutput,
     check_run_name,
     in_progress_title,
     render_awaiting_approval_output,
-    render_check_runs,
     render_config_error_output,
     render_in_progress_output,
     render_queued_output,

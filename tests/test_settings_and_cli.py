@@ -150,7 +150,8 @@ def test_a_recorded_coverage_map_drives_select_tests_and_check(tmp_path: Path) -
 def test_serve_refuses_a_database_newer_than_itself_in_one_line(tmp_path: Path) -> None:
     import sqlite3
 
-    from bot.service.store.sqlite import SQLiteStore, migrations
+    from bot.service.store.sqlite import SQLiteStore
+    from bot.service.store.sqlite_schema import migrations
 
     db = tmp_path / "paritybot.db"
     SQLiteStore(db).close()

@@ -11,10 +11,11 @@ import pytest
 from bot.core.kinds import Stage
 from bot.core.models import AdviceKind, RunState
 from bot.render.comment import render_comment
-from bot.service.store import sqlite as sqlite_store
+from bot.service.store import sqlite_schema
 from bot.service.store.protocol import StoreError
 from bot.service.store.records import DeliveryStatus
-from bot.service.store.sqlite import Migration, SQLiteStore, migrations
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.store.sqlite_schema import Migration, migrations
 
 FIRST_SCHEMA_DB = Path(__file__).parent / "fixtures" / "store" / "first_schema_b6441fe.sql"
 REPO = "octo-org/calc"
@@ -151,7 +152,7 @@ def test_a_migration_that_fails_midway_leaves_the_previous_version(
     broken = Migration(
         len(known) + 1, "broken.sql", "CREATE TABLE half_done (x);\nSELECT * FROM no_such_table;\n"
     )
-    monkeypatch.setattr(sqlite_store, "migrations", lambda: [*known, broken])
+    monkeypatch.setattr(sqlite_schema, "migrations", lambda: [*known, broken])
     with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
         SQLiteStore(path)
     assert user_version(path) == len(known)

@@ -7,6 +7,10 @@ So the parser is line based and keyed on the field names it knows: anything else
 that is absent or says ``Could not collect`` is reported as missing, and no value is ever guessed.
 
 Everything here is pure; ``paritybot env parse`` (:mod:`bot.cli.env`) reads the file.
+
+Why one module past 400 lines: it is one parser of one format, and its parts (line cleaning,
+value normalisers, the field state machine, finding the paste in a description) each exist for
+the others; split, each part would be read only through the rest.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ import structlog
 from bot.core.config import RepoConfig
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_runs import render_check_runs, render_in_progress_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.pipeline import Pipeline, PipelineDeps, RunnerFactory
+from runner.backends.base import RunnerFactory
+from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,8 @@ import structlog
 
 from bot.core.config import Environment, RepoConfig
 from bot.core.models import RunRequest, RunState
-from bot.render.check_runs import render_check_runs, render_queued_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import render_queued_output
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job

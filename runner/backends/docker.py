@@ -27,6 +27,10 @@ What a run gets, and why:
 * The run volume is kept under ``limits.workspace_size`` by a watchdog beside the steps
   (:mod:`runner.backends.workspace_watch`), and collected files are read back only up to their cap, never
   through a link (:mod:`runner.backends.collect`).
+
+Why one module past 400 lines: :class:`DockerRunner` is one container lifecycle per run (image,
+volumes, steps, cancellation, clean-up) whose parts share its state; the pure helpers above it
+(limits, devices, users, archives, output) are plain functions tested on their own.
 """
 
 from __future__ import annotations

@@ -107,9 +107,6 @@ class CoverageMap(BaseModel):
         """Test files of the suite the map has no record of (they did not collect, or did not run)."""
         return self.health.holes if self.health is not None else []
 
-    def covered(self, path: str, line: int) -> bool:
-        return bool(self.files.get(path, {}).get(line))
-
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 

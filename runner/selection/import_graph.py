@@ -6,9 +6,12 @@ package P" says nothing. What helps is the *names* a test uses: ``from pkg impor
 body calls ``pkg.util.helper``. This module turns sources into that graph of top-level symbols and
 answers "which tests reach this changed symbol, and through what".
 
-Everything here is a pure function on source text except :func:`load_sources`, the thin loader,
-which reads a commit's files from git's objects (never the checkout: a PR's symbolic link there
-could point at any file of the bot's host).
+Everything here is a pure function on source text; the selection reads the sources from git's
+objects (never the checkout: a PR's symbolic link there could point at any file of the bot's host).
+
+Why one module past 400 lines: name resolution (imports, re-exports, attribute chains) and the
+reachability over it are one analysis, built in one pass and queried together; the parts have no
+use alone.
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ import tokenize
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from pydantic import ConfigDict, Field
 
 from bot.core.models import Model
-from runner import gitdiff
 
 # Pseudo-symbols: the module's own top-level code, and "the module as a whole" (``import pkg.ops as m``
 # followed by ``m`` passed around, or a name the module does not define statically).
@@ -702,14 +704,6 @@ class ImportGraph:
     def test_files(self) -> list[str]:
         return sorted(p for p in self.modules if self.is_test_path(p))
 
-    def test_symbols(self, path: str) -> list[SymbolKey]:
-        module = self.modules.get(path)
-        if module is None:
-            return []
-        return [
-            SymbolKey(path=path, name=s.name) for s in module.symbols.values() if is_test_symbol(s, module)
-        ]
-
     def is_test(self, key: SymbolKey) -> bool:
         module = self.modules.get(key.path)
         if module is None or not self.is_test_path(key.path):
@@ -779,13 +773,3 @@ def python_files(paths: Iterable[str]) -> list[str]:
         if pure.suffix == ".py" and not any(part in SKIP_DIRS for part in pure.parts[:-1]):
             out.append(path)
     return sorted(out)
-
-
-def load_sources(repo: Path, rev: str, max_bytes: int = 2_000_000) -> dict[str, str]:
-    """Every Python file of commit ``rev`` (repository-relative posix path → text).
-
-    Symbolic links, submodules and files over ``max_bytes`` (generated tables, not worth
-    parsing) are left out.
-    """
-    texts = gitdiff.read_files(repo, rev, python_files(gitdiff.list_files(repo, rev)), max_bytes=max_bytes)
-    return {path: text for path, text in texts.items() if text is not None}

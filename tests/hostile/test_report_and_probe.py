@@ -54,7 +54,8 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from bot.render.check_runs import CheckRunOutput, render_check_runs, render_config_error_output
+from bot.render.check_results import render_check_runs
+from bot.render.check_runs import CheckRunOutput, render_config_error_output
 from bot.render.comment import STICKY_MARKER, CommentSection, render_comment, render_pr_comment
 from runner.backends.base import SCRATCH_DIR, RunnerRequest, Step
 from runner.backends.docker import WORKSPACE_DIR, DockerRunner
