@@ -127,46 +127,6 @@ class SelectedTest(Model):
     reasons: list[str]
 
 
-class CollectionError(Model):
-    path: str = Field(description="the test module (or directory) pytest could not collect")
-    message: str = Field("", description="the last line of the error, e.g. ModuleNotFoundError: …")
-
-
-class CoverageMapHealth(Model):
-    """What a coverage map can vouch for: how much of the suite ran while it was recorded."""
-
-    tests_collected: int = 0
-    tests_ran: int = 0
-    collection_errors: list[CollectionError] = Field(default_factory=list)
-    not_run: list[str] = Field(
-        default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
-    )
-    exit_code: int | None = None
-
-    @property
-    def usable(self) -> bool:
-        return self.tests_ran > 0
-
-    @property
-    def holes(self) -> list[str]:
-        """Test files the map knows nothing about, though they are part of the suite."""
-        return sorted({e.path for e in self.collection_errors} | set(self.not_run))
-
-    def describe(self) -> str:
-        """One line: ``12 of 14 tests ran; 1 module did not collect: tests/test_cli.py (ImportError: …)``."""
-        line = f"{self.tests_ran:,} of {self.tests_collected:,} collected tests ran"
-        if self.collection_errors:
-            shown = ", ".join(
-                f"{e.path} ({e.message})" if e.message else e.path for e in self.collection_errors[:3]
-            )
-            more = f" and {len(self.collection_errors) - 3} more" if len(self.collection_errors) > 3 else ""
-            count = len(self.collection_errors)
-            line += f"; {count} module{'s' if count != 1 else ''} did not collect: {shown}{more}"
-        if self.not_run:
-            line += f"; tests of {len(self.not_run)} file(s) did not run: {', '.join(self.not_run[:3])}"
-        return line
-
-
 class MapUse(StrEnum):
     """Which coverage map a selection used, and how."""
 
@@ -228,6 +188,11 @@ class TestCaseResult(Model):
     repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
 
 
+class CollectionError(Model):
+    path: str = Field(description="the test module (or directory) pytest could not collect")
+    message: str = Field("", description="the last line of the error, e.g. ModuleNotFoundError: …")
+
+
 class TestsResult(Model):
     __test__ = False
     status: CheckStatus
@@ -238,6 +203,41 @@ class TestsResult(Model):
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
+
+
+class CoverageMapHealth(Model):
+    """What a coverage map can vouch for: how much of the suite ran while it was recorded."""
+
+    tests_collected: int = 0
+    tests_ran: int = 0
+    collection_errors: list[CollectionError] = Field(default_factory=list)
+    not_run: list[str] = Field(
+        default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
+    )
+    exit_code: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.tests_ran > 0
+
+    @property
+    def holes(self) -> list[str]:
+        """Test files the map knows nothing about, though they are part of the suite."""
+        return sorted({e.path for e in self.collection_errors} | set(self.not_run))
+
+    def describe(self) -> str:
+        """One line: ``12 of 14 tests ran; 1 module did not collect: tests/test_cli.py (ImportError: …)``."""
+        line = f"{self.tests_ran:,} of {self.tests_collected:,} collected tests ran"
+        if self.collection_errors:
+            shown = ", ".join(
+                f"{e.path} ({e.message})" if e.message else e.path for e in self.collection_errors[:3]
+            )
+            more = f" and {len(self.collection_errors) - 3} more" if len(self.collection_errors) > 3 else ""
+            count = len(self.collection_errors)
+            line += f"; {count} module{'s' if count != 1 else ''} did not collect: {shown}{more}"
+        if self.not_run:
+            line += f"; tests of {len(self.not_run)} file(s) did not run: {', '.join(self.not_run[:3])}"
+        return line
 
 
 class ParityVerdict(StrEnum):

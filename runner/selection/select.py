@@ -492,7 +492,8 @@ def select_for_change(
     for fc in files:
         _select_for_file(ctx, fc, test_files)
     _always_run(ctx)
-    if drift is not None:
+    if drift is not None and any(not _is_doc(fc.path) for fc in files):
+        # Only a change the map is asked about needs the map's blind spots covered.
         _drift(drift, ctx)
     selection = _apply_budget(hits, settings, total)
     selection.unchanged_behaviour = neutral
