@@ -498,20 +498,22 @@ def select_for_change(
     selection = _apply_budget(hits, settings, total)
     selection.unchanged_behaviour = neutral
     gone = ctx.removed - {t.nodeid for t in selection.tests}
-    selection.removed = sorted(n for n in gone if _defined_at_base(ctx, n))
+    selection.removed = _defined_at_base(ctx, gone)
     return selection
 
 
-def _defined_at_base(ctx: _Context, nodeid: str) -> bool:
-    """Whether a test gone at head was there at the merge base: then this PR renamed or removed it
-    (otherwise the base branch did, after the coverage map was recorded)."""
+def _defined_at_base(ctx: _Context, gone: set[str]) -> list[str]:
+    """The tests gone at head that the merge base had: this PR renamed or removed them (the
+    others the base branch removed after the coverage map was recorded)."""
+    if not gone:
+        return []
     change = ctx.change
 
     def read_base(path: str) -> str | None:
         return ctx.read(change.base, [path]).get(path)
 
     base = _Universe(None, discover_test_files(change.base_files, ctx.settings), change.base_files, read_base)
-    return base.exists(nodeid)
+    return sorted(n for n in gone if base.exists(n))
 
 
 def _drift(drift: Drift, pr: _Context) -> None:
