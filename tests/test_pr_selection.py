@@ -363,3 +363,26 @@ def test_without_a_map_a_changed_decorator_line_is_found(mini: Mini, tmp_path: P
     )  # fmt: skip
     got = reasons(json.loads(done.stdout))
     assert got["tests/test_ops.py::test_double"][0] == "imports `mini.ops.double` which this PR changes"
+
+
+def test_a_changed_doctest_selects_that_doctest_and_nothing_else(tmp_path: Path) -> None:
+    ops = OPS.replace('"""Twice ``x``."""', '"""Twice ``x``.\n\n    >>> double(2)\n    4\n    """')
+    repo = GitRepo(tmp_path / "repo")
+    files = {
+        **MINI,
+        "src/mini/ops.py": ops,
+        "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "--doctest-modules"\npythonpath = ["src"]\n',
+        ".github/paritybot.yml": CONFIG + "tests:\n  paths: [tests, src]\n",
+    }
+    base = repo.commit(files, "base")
+    env = {"PARITYBOT_COVERAGE_DIR": str(tmp_path / "maps")}
+    done = run_cli("coverage-map", "--repo", str(repo.path), "--runner", "host", env=env)
+    assert done.returncode == 0, done.stderr
+    repo.git("checkout", "-q", "-b", "doctest")
+    head = repo.commit({"src/mini/ops.py": ops.replace(">>> double(2)\n    4", ">>> double(3)\n    6")})
+    selected = run_cli(
+        "select-tests", "--repo", str(repo.path), "--base", base, "--head", head, "--json", env=env
+    )
+    assert reasons(json.loads(selected.stdout)) == {
+        "src/mini/ops.py::mini.ops.double": ["a doctest of `mini.ops.double`, which this PR changes"]
+    }
