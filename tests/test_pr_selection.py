@@ -19,6 +19,10 @@ from gitrepo import GitRepo
 from runner.selection.coverage_map import CoverageMapStore
 
 CONFIG = "checks:\n  precommit: false\n  docstrings: false\n"
+PYPROJECT = (
+    '[project]\nname = "mini"\nversion = "0.1"\n\n'
+    '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["src"]\n'
+)
 
 CMD = """\
 class Command:
@@ -58,7 +62,7 @@ def halve(x):
 '''
 
 MINI: dict[str, str | bytes | None] = {
-    "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["src"]\n',
+    "pyproject.toml": PYPROJECT,
     ".github/paritybot.yml": CONFIG,
     ".github/workflows/run_tests.yml": "on: push\n",
     "src/mini/__init__.py": "from .cmd import Command, Group\nfrom .ops import double, halve\n",
@@ -297,6 +301,16 @@ def test_a_map_older_than_a_conftest_change_is_not_used_and_the_notes_say_why(mi
         "tests/test_ops.py::test_halve",
         "tests/test_ops.py::test_halve_even",
     }
+
+
+def test_a_version_bump_on_the_base_branch_leaves_an_older_map_in_use(mini: Mini) -> None:
+    later = mini.branch("trunk-version", {"pyproject.toml": PYPROJECT.replace('"0.1"', '"0.2"')})
+    head = mini.branch(
+        "pr-on-version", {"src/mini/ops.py": OPS.replace("return x // 2", "return int(x / 2)")}, later
+    )
+    doc = mini.select(head, base="trunk-version")
+    assert doc["map_use"] == "older"
+    assert set(reasons(doc)) == {"tests/test_ops.py::test_halve", "tests/test_ops.py::test_halve_even"}
 
 
 # --- 5. Changes that cannot change behaviour --------------------------------------------------------

@@ -18,6 +18,7 @@ It is a function of three commits: the coverage map's, the merge base's and the 
 from __future__ import annotations
 
 import difflib
+import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -32,7 +33,9 @@ from runner.selection.coverage_map import CoverageMap
 from runner.selection.select import (
     ChangeSet,
     Drift,
+    FileChange,
     Signal,
+    SourceReader,
     neutral_files,
     read_change,
     select_for_change,
@@ -92,7 +95,7 @@ def select_tests(
         view, use = cmap, MapUse.EXACT
     elif cmap is not None and cmap.commit is not None:
         since = read_change(repo, cmap.commit, base_sha, read)
-        distrust = _distrust(since, settings)
+        distrust = _distrust(since, settings, read)
         if distrust:
             use = MapUse.NOT_USED
             notes.append(
@@ -158,14 +161,35 @@ def nearest_map(repo: Path, commit: str, maps: MapSource) -> tuple[CoverageMap |
     return None, notes
 
 
-def _distrust(since: ChangeSet, settings: TestSettings) -> str | None:
+def _distrust(since: ChangeSet, settings: TestSettings, read: SourceReader) -> str | None:
     """Why a map cannot describe the merge base, given what changed since its commit."""
     neutral = set(neutral_files(since.files))
-    files = [fc for fc in since.files if fc.path not in neutral and not fc.path.startswith(_CI_DIRS)]
+    files = [
+        fc
+        for fc in since.files
+        if fc.path not in neutral and not fc.path.startswith(_CI_DIRS) and not _version_bump(fc, since, read)
+    ]
     reasons = whole_suite_reasons(files, settings)
     if not reasons:
         return None
     return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+
+
+def _version_bump(fc: FileChange, since: ChangeSet, read: SourceReader) -> bool:
+    """A ``pyproject.toml`` whose only change is the project's version: it changes no test's run."""
+    if PurePosixPath(fc.path).name != "pyproject.toml" or fc.base_path != fc.path:
+        return False
+    texts = [read(rev, [fc.path]).get(fc.path) for rev in (since.base, since.head)]
+    try:
+        docs = [tomllib.loads(t) for t in texts if t is not None]
+    except tomllib.TOMLDecodeError:
+        return False
+    if len(docs) != 2:
+        return False
+    for doc in docs:
+        if isinstance(doc.get("project"), dict):
+            doc["project"].pop("version", None)
+    return docs[0] == docs[1]
 
 
 def _distance(repo: Path, older: str, newer: str) -> str:
