@@ -321,3 +321,18 @@ def test_parse_collect_only_reads_node_ids_and_skips_the_rest() -> None:
 def test_split_nodeid_keeps_parameters_whole() -> None:
     assert split_nodeid("t.py::K::test[a::b]") == ("t.py", ["K", "test"], "[a::b]")
     assert split_nodeid("t.py") == ("t.py", [], "")
+
+
+def test_an_import_line_selects_the_users_of_the_names_it_rebinds_only(sample: Sample) -> None:
+    # ``from .consts import FACTOR, LIMIT`` → ``LIMIT, FACTOR``: both names bound as before.
+    reordered = OPS.replace("from .consts import FACTOR, LIMIT", "from .consts import LIMIT, FACTOR")
+    head = sample.change({"src/shapes/ops.py": reordered}, "reorder-import")
+    assert sample.select(head).tests == []
+    assert sample.select(head, with_map=False, signals=frozenset({Signal.STATIC})).tests == []
+    # LIMIT no longer imported (defined here instead): LIMIT's users, not FACTOR's.
+    dropped = OPS.replace("from .consts import FACTOR, LIMIT", "from .consts import FACTOR\n\nLIMIT = 100")
+    head = sample.change({"src/shapes/ops.py": dropped}, "drop-import")
+    assert set(reasons(sample.select(head))) == {
+        "tests/test_ops.py::TestClamp::test_above",
+        "tests/test_ops.py::TestClamp::test_below",
+    }

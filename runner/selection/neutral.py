@@ -77,3 +77,43 @@ def _doctests(text: str) -> dict[str, str]:
 
     visit(tree, "")
     return found
+
+
+def unchanged_imports(base_text: str, head_text: str) -> set[str]:
+    """Names bound by ``from m import …`` to the same target on both sides.
+
+    A changed import line (``factorial`` dropped from ``from math import …``) changes only the
+    names whose binding changed; the others' users are unaffected. When a plain ``import``
+    statement or the set of modules imported from changed, nothing is vouched for: importing a
+    module can have side effects (a plugin that registers itself).
+    """
+    base, head = _imports(base_text), _imports(head_text)
+    if base is None or head is None or base[0] != head[0]:
+        return set()
+    if {t[:2] for t in head[1].values()} != {t[:2] for t in base[1].values()}:
+        return set()
+    return {name for name, target in base[1].items() if head[1].get(name) == target}
+
+
+def _imports(text: str) -> tuple[set[tuple[str, str | None]], dict[str, tuple[str, int, str]]] | None:
+    """Module level: the plain imports, and what each ``from`` import binds (name → module, level, attr)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    plain: set[tuple[str, str | None]] = set()
+    bound: dict[str, tuple[str, int, str]] = {}
+    todo = list(tree.body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, ast.Import):
+            plain.update((a.name, a.asname) for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom):
+            for a in stmt.names:
+                bound[a.asname or a.name] = (stmt.module or "", stmt.level, a.name)
+        elif isinstance(stmt, ast.If | ast.Try | ast.With):
+            for field in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(stmt, field, None) or [])
+            for handler in getattr(stmt, "handlers", None) or []:
+                todo.extend(handler.body)
+    return plain, bound

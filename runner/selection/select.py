@@ -60,7 +60,7 @@ from runner.selection.import_graph import (
     symbol_at,
     symbols_at,
 )
-from runner.selection.neutral import behaviour_neutral, changed_doctests
+from runner.selection.neutral import behaviour_neutral, changed_doctests, unchanged_imports
 
 log = structlog.get_logger(__name__)
 
@@ -390,6 +390,7 @@ class _Context:
     universe: _Universe
     hits: _Hits
     removed: set[str] = field(default_factory=set)  # selected, but not a test at head
+    _unchanged_imports: dict[str, set[str]] = field(default_factory=dict)
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)
     _line_info: dict[str, LineInfo] = field(default_factory=dict)
@@ -422,6 +423,15 @@ class _Context:
                 self.hits.add(nodeid, rank, reason, weight)
             elif rank in self.hits.enabled:
                 self.removed.add(nodeid)
+
+    def unchanged_imports(self, fc: FileChange) -> set[str]:
+        """Names the change's import lines bind as before (see :func:`neutral.unchanged_imports`)."""
+        if fc.path not in self._unchanged_imports:
+            both = fc.base_text is not None and fc.head_text is not None
+            self._unchanged_imports[fc.path] = (
+                unchanged_imports(fc.base_text or "", fc.head_text or "") if both else set()
+            )
+        return self._unchanged_imports[fc.path]
 
     def tests_running(self, path: str, first: int, last: int) -> set[str]:
         """Tests that ran lines ``first``–``last`` of ``path``, or whose module's import did."""
@@ -749,7 +759,9 @@ def _import_users(ctx: _Context, fc: FileChange, line: int) -> None:
     module = graph.modules.get(fc.base_path)
     if module is None:
         return
-    for name in symbols_at(module, line) or [MODULE_BODY]:
+    names = symbols_at(module, line)
+    kept = [n for n in names if n not in ctx.unchanged_imports(fc)]
+    for name in kept if names else [MODULE_BODY]:
         changed = SymbolKey(path=fc.base_path, name=name)
         if not _users_by_coverage(ctx, fc, graph, changed, line):
             _reach(ctx, graph, [changed], Signal.STATIC, "which this PR changes")
@@ -865,7 +877,7 @@ def _static_lines(
         module = graph.modules.get(fc.path)
         base_names = _top_names(fc.base_text, fc.base_path) if new_only else set()
         if module is not None:
-            names = {n for line in head_lines for n in symbols_at(module, line)}
+            names = {n for line in head_lines for n in symbols_at(module, line)} - ctx.unchanged_imports(fc)
             if new_only:
                 # New code the map cannot know; a new import line only matters through its users.
                 names = {n for n in names - base_names if module.symbols[n].kind != SymbolKind.IMPORT}
@@ -877,7 +889,7 @@ def _static_lines(
         module = graph.modules.get(fc.base_path)
         head_names = _top_names(fc.head_text, fc.path)
         if module is not None:
-            names = {n for line in base_lines for n in symbols_at(module, line)}
+            names = {n for line in base_lines for n in symbols_at(module, line)} - ctx.unchanged_imports(fc)
             if changed:
                 keys = [SymbolKey(path=fc.base_path, name=n) for n in sorted(names)]
                 _reach(ctx, graph, keys, Signal.STATIC, "which this PR changes (no coverage data for it yet)")
