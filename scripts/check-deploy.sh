@@ -3,15 +3,24 @@
 #
 #   scripts/check-deploy.sh                    # base image python:3.12-slim, from a registry
 #   BASE_IMAGE=my/python:3.12 scripts/check-deploy.sh
+#   scripts/check-deploy.sh --local-base       # no registry: the base from scripts/build-base-image.sh
 #   scripts/check-deploy.sh --private-engine   # use scripts/docker-engine.sh's engine, starting it
 #                                              # if needed (and stopping it at the end if this did)
 #
-# Checks, in order: the image builds; it runs as a non-root user and has git; `serve` without a
-# webhook secret exits 2 with one line; with a secret and a throwaway App key it answers /healthz,
-# turns healthy, accepts a signed ping, refuses a badly signed one, runs every process as non-root,
-# and stops cleanly on SIGTERM. Then, when a compose tool is installed: the compose file renders,
-# refuses to render without the secret, and `up` with the built image gives a healthy service that
-# reaches the engine through the socket as a non-root user; `down -v` removes it.
+# The commands are those deploy/README.md shows. Checks, in order: the image builds; it runs as a
+# non-root user and has git; `serve` without a webhook secret exits 2 with one line; `db upgrade`
+# migrates a fresh data volume; with the webhook secret and a throwaway App key as mounted files it
+# answers /healthz, turns healthy, accepts a signed ping, refuses a badly signed one, keeps a
+# delivery in the store, runs every process as non-root, logs JSON lines on stderr (none on
+# stdout), shows no secret in `docker inspect`, and stops cleanly on SIGTERM. Many hosts (when the
+# build has `paritybot db` and PostgreSQL can be installed): on a private cluster that checks
+# passwords, the owner's `db upgrade`, deploy/postgres/init-roles.sh, serve on PostgreSQL without an
+# engine socket answering a signed ping, an agent refusing the App's key, an agent registering as
+# paritybot_agent and shown by `paritybot status`, and its clean exit on SIGTERM. Then, when a compose
+# tool is installed: the compose file renders, refuses to render without the secret file, and `up`
+# with the built image gives a healthy service that reaches the engine through the socket as a
+# non-root user with no secret in `docker inspect`; the upgrade step (`up -d` recreating the
+# container) keeps the database; `down -v` removes it.
 #
 # Environment: BASE_IMAGE (python:3.12-slim), IMAGE (paritybot:check), PIP_INDEX_URL (a PyPI mirror),
 # EXTRA_CA_CERTS_DIR (default /usr/local/share/ca-certificates: locally added CAs, passed to pip in
@@ -28,12 +37,20 @@ PROJECT="paritybot-check-$$"
 SECRET="check-$(openssl rand -hex 16)"
 WAIT_S=90
 PRIVATE_ENGINE=0
-[ "${1:-}" = "--private-engine" ] && PRIVATE_ENGINE=1
+LOCAL_BASE=0
+for arg in "$@"; do
+    case "$arg" in
+    --private-engine) PRIVATE_ENGINE=1 ;;
+    --local-base) LOCAL_BASE=1 ;;
+    *) echo "usage: $0 [--local-base] [--private-engine]" >&2; exit 2 ;;
+    esac
+done
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/paritybot-check.XXXXXX")"
 SUMMARY=()
 STARTED_ENGINE=0
 COMPOSE=()
+PG_DIR=""
 
 say() { echo "check-deploy: $*" >&2; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -54,7 +71,12 @@ print_summary() {
 
 cleanup() {
     local rc=$?
-    docker rm -f "$NAME" >/dev/null 2>&1 || true
+    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" >/dev/null 2>&1 || true
+    docker image rm "$IMAGE-new" >/dev/null 2>&1 || true
+    if [ -n "$PG_DIR" ]; then
+        PARITYBOT_PG_DIR="$PG_DIR" "$ROOT/scripts/postgres.sh" stop >/dev/null 2>&1 || true
+        rm -rf "$PG_DIR"
+    fi
     if [ "${#COMPOSE[@]}" -gt 0 ]; then
         "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
     fi
@@ -84,6 +106,13 @@ ENGINE_VERSION="$(docker version --format '{{.Server.Version}}' 2>/dev/null)" ||
     fail "no Docker engine answers at ${DOCKER_HOST:-the default socket}"
 
 # --- the image -----------------------------------------------------------------------------------
+if [ "$LOCAL_BASE" -eq 1 ]; then
+    BASE_IMAGE="paritybot/base:bookworm"
+    t0=$(now_ms)
+    "$ROOT/scripts/build-base-image.sh" "$BASE_IMAGE" >"$WORK/base.log" 2>&1 ||
+        fail "scripts/build-base-image.sh" "$(cat "$WORK/base.log")"
+    record PASS "base image $BASE_IMAGE without a registry ($(seconds_since "$t0"))"
+fi
 build_args=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
 [ -n "${PIP_INDEX_URL:-}" ] && build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
 shopt -s nullglob
@@ -123,20 +152,43 @@ if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || [[ "$refusal" != *PARITYBOT_WEBHOOK_
 fi
 record PASS "no secret: exit 2, one line: $refusal"
 
+# --- the migration -------------------------------------------------------------------------------
+# deploy/README.md's upgrade step runs it by hand; serve runs it at start-up too.
+HAS_DB=0
+docker run --rm "$IMAGE" db --help >/dev/null 2>&1 && HAS_DB=1
+if [ "$HAS_DB" -eq 1 ]; then
+    DATA_VOLUME="paritybot-check-data-$$"
+    set +e
+    migrated="$(docker run --rm -v "$DATA_VOLUME:/var/lib/paritybot" "$IMAGE" db upgrade 2>&1)"
+    rc=$?
+    again="$(docker run --rm -v "$DATA_VOLUME:/var/lib/paritybot" "$IMAGE" db upgrade 2>&1)"
+    rc2=$?
+    set -e
+    docker volume rm "$DATA_VOLUME" >/dev/null 2>&1 || true
+    [ "$rc" -eq 0 ] || fail "db upgrade on a fresh volume: exit $rc" "$migrated"
+    [ "$rc2" -eq 0 ] || fail "db upgrade run twice: exit $rc2" "$again"
+    record PASS "db upgrade: a fresh volume migrated, a second run a no-op ($(printf '%s' "$again" | tail -n1))"
+else
+    record SKIP "db upgrade: this build has no \`paritybot db\` command"
+fi
+
 # --- serve with a secret -------------------------------------------------------------------------
-# A throwaway App key: nothing is ever signed for GitHub with it. World-readable so the container's
-# user can read the bind-mounted copy in the compose check below.
+# A throwaway App key: nothing is ever signed for GitHub with it. It and the webhook secret are
+# files, mounted as deploy/README.md does; world-readable so the container's user can read them.
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$WORK/app-key.pem" 2>/dev/null
-chmod 0644 "$WORK/app-key.pem"
+printf '%s\n' "$SECRET" >"$WORK/webhook-secret"
+chmod 0644 "$WORK/app-key.pem" "$WORK/webhook-secret"
 
 t0=$(now_ms)
 docker run -d --name "$NAME" --init \
     -p 127.0.0.1::8080 \
     --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges \
     --health-interval 2s \
+    -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
+    -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
     -e PARITYBOT_APP_ID=12345 \
-    -e PARITYBOT_WEBHOOK_SECRET="$SECRET" \
-    -e PARITYBOT_PRIVATE_KEY="$(cat "$WORK/app-key.pem")" \
+    -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
+    -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
     -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 \
     "$IMAGE" >/dev/null
 port="$(docker port "$NAME" 8080/tcp | grep -m1 '^127\.0\.0\.1:' | cut -d: -f2)"
@@ -173,6 +225,14 @@ record PASS "/healthz 200 {\"status\": \"ok\"} on 127.0.0.1:$port ($(seconds_sin
 wait_healthy "$NAME"
 record PASS "HEALTHCHECK healthy ($(seconds_since "$t0") after start, interval 2s)"
 
+no_secret_in_inspect() { # CONTAINER
+    local key_line
+    key_line="$(sed -n 2p "$WORK/app-key.pem")"
+    if docker inspect "$1" | grep -qF -e "$SECRET" -e "$key_line"; then
+        fail "docker inspect $1 shows a secret"
+    fi
+}
+
 post_ping() { # SIGNATURE -> prints "STATUS BODY"
     curl -sS --max-time 5 -o "$WORK/ping.out" -w '%{http_code}' -X POST "$base/webhook" \
         -H 'Content-Type: application/json' \
@@ -193,18 +253,23 @@ record PASS "badly signed ping: ${answer%% *}"
 
 # A delivery that is kept: it is committed in the store before the 202 (a second start would
 # dispatch it; here no App is reachable, which is fine).
-EVENT='{"action":"created","installation":{"id":1},"sender":{"login":"octocat"}}'
-event_sig="sha256=$(printf '%s' "$EVENT" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}')"
-delivery="check-$(openssl rand -hex 8)"
-status="$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X POST "$base/webhook" \
-    -H 'Content-Type: application/json' -H 'X-GitHub-Event: installation' \
-    -H "X-GitHub-Delivery: $delivery" -H "X-Hub-Signature-256: $event_sig" \
-    --data-binary "$EVENT")"
-[ "$status" = 202 ] || fail "signed delivery answered $status" "$(docker logs "$NAME" 2>&1)"
-stored="$(docker exec "$NAME" python3 -c 'import sqlite3, sys
+send_delivery() { # BASE_URL CONTAINER -> prints the delivery id
+    local event='{"action":"created","installation":{"id":1},"sender":{"login":"octocat"}}' sig id status
+    sig="sha256=$(printf '%s' "$event" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}')"
+    id="check-$(openssl rand -hex 8)"
+    status="$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X POST "$1/webhook" \
+        -H 'Content-Type: application/json' -H 'X-GitHub-Event: installation' \
+        -H "X-GitHub-Delivery: $id" -H "X-Hub-Signature-256: $sig" --data-binary "$event")"
+    [ "$status" = 202 ] || fail "signed delivery answered $status" "$(docker logs "$2" 2>&1)"
+    echo "$id"
+}
+stored() { # CONTAINER DELIVERY_ID -> prints how many rows the store holds for it
+    docker exec "$1" python3 -c 'import sqlite3, sys
 db = sqlite3.connect("/var/lib/paritybot/paritybot.db")
-print(db.execute("SELECT count(*) FROM deliveries WHERE delivery_id = ?", (sys.argv[1],)).fetchone()[0])' "$delivery")"
-[ "$stored" = 1 ] || fail "the store holds $stored rows of the delivery after its 202"
+print(db.execute("SELECT count(*) FROM deliveries WHERE delivery_id = ?", (sys.argv[1],)).fetchone()[0])' "$2"
+}
+delivery="$(send_delivery "$base" "$NAME")"
+[ "$(stored "$NAME" "$delivery")" = 1 ] || fail "the store does not hold the delivery after its 202"
 record PASS "signed delivery: 202, committed in the store"
 
 uids="$(docker exec "$NAME" sh -c 'cat /proc/[0-9]*/status 2>/dev/null' | awk '/^Uid:/ {print $2}' | sort -u | tr '\n' ' ')"
@@ -213,13 +278,117 @@ if [ -z "$uids" ] || [[ " $uids" == *" 0 "* ]]; then
 fi
 record PASS "every process in the container runs as uid ${uids% }"
 
-docker logs "$NAME" 2>&1 | grep -q '"serving"' || fail "no 'serving' log line" "$(docker logs "$NAME" 2>&1)"
+# The logs: JSON lines on stderr, nothing on stdout (deploy/README.md says where to find them).
+docker logs "$NAME" 2>&1 >/dev/null | grep -q '"serving"' || fail "no 'serving' log line on stderr" "$(docker logs "$NAME" 2>&1)"
+stdout_lines="$(docker logs "$NAME" 2>/dev/null | grep -c . || true)"
+[ "$stdout_lines" = 0 ] || fail "$stdout_lines line(s) on stdout" "$(docker logs "$NAME" 2>/dev/null)"
+record PASS "logs: JSON lines on stderr, none on stdout"
+no_secret_in_inspect "$NAME"
+record PASS "docker inspect shows neither the webhook secret nor the key"
 t0=$(now_ms)
 docker stop -t 20 "$NAME" >/dev/null
 code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME")"
 [ "$code" = 0 ] || fail "exit code $code after SIGTERM" "$(docker logs "$NAME" 2>&1)"
 record PASS "SIGTERM: clean exit 0 in $(seconds_since "$t0")"
 docker rm "$NAME" >/dev/null
+
+# --- many hosts: PostgreSQL, db upgrade, serve and an agent -----------------------------------------
+# The roles of docker-compose.control.yml and docker-compose.agent.yml, started with `docker run`
+# on a private PostgreSQL (scripts/postgres.sh) that checks passwords as a deployment's does: the
+# owner migrates, postgres/init-roles.sh gives the agents their login, serve and an agent connect
+# with password files, and `paritybot status` shows the agent. Host networking: the cluster
+# listens on this machine's loopback.
+many_hosts() {
+    local pg_dir port sock owner_url agent_url serve_port gid status
+    pg_dir="$(mktemp -d /tmp/paritybot-check-pg.XXXXXX)"
+    PG_DIR="$pg_dir"
+    PARITYBOT_PG_DIR="$pg_dir" "$ROOT/scripts/postgres.sh" start >"$WORK/pg.log" 2>&1 ||
+        { record SKIP "many hosts: no PostgreSQL ($(tail -n1 "$WORK/pg.log"))"; return 0; }
+    port="$(cat "$pg_dir/port")"
+    sock="$pg_dir/sock"
+    printf 'local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n' >"$pg_dir/data/pg_hba.conf"
+    mkdir -p "$WORK/secrets"
+    openssl rand -hex 16 >"$WORK/secrets/paritybot_db_owner_password"
+    openssl rand -hex 16 >"$WORK/secrets/paritybot_db_agent_password"
+    chmod 0644 "$WORK/secrets"/*
+    # What the postgres image does on an empty volume: the owner and its database, then the script.
+    PGHOST="$sock" PGPORT="$port" PGUSER=postgres psql -q -v ON_ERROR_STOP=1 -d postgres \
+        -v password="$(cat "$WORK/secrets/paritybot_db_owner_password")" >"$WORK/pg.log" 2>&1 <<'SQL' ||
+SELECT pg_reload_conf();
+CREATE ROLE paritybot LOGIN PASSWORD :'password';
+ALTER DATABASE paritybot OWNER TO paritybot;
+SQL
+        fail "many hosts: the database owner" "$(cat "$WORK/pg.log")"
+    PGHOST="$sock" PGPORT="$port" POSTGRES_USER=postgres POSTGRES_DB=paritybot \
+        PARITYBOT_SECRETS_DIR="$WORK/secrets" "$ROOT/deploy/postgres/init-roles.sh" >"$WORK/pg.log" 2>&1 ||
+        fail "many hosts: deploy/postgres/init-roles.sh" "$(cat "$WORK/pg.log")"
+    owner_url="postgresql://paritybot@127.0.0.1:$port/paritybot"
+    agent_url="postgresql://paritybot_agent@127.0.0.1:$port/paritybot"
+    local owner=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
+        -e "PARITYBOT_DATABASE_URL=$owner_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_owner_password)
+
+    local migrated
+    migrated="$(docker run --rm "${owner[@]}" "$IMAGE" db upgrade 2>&1)" || fail "many hosts: db upgrade" "$migrated"
+    record PASS "many hosts: db upgrade as the owner, password from a file: $(printf '%s' "$migrated" | tail -n1)"
+
+    serve_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    docker run -d --name "$NAME-serve" --init "${owner[@]}" \
+        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
+        --security-opt no-new-privileges \
+        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
+        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
+        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$serve_port" -e PARITYBOT_HOST=127.0.0.1 \
+        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
+        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
+        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$IMAGE" serve >/dev/null
+    wait_healthz "http://127.0.0.1:$serve_port" "$NAME-serve"
+    base="http://127.0.0.1:$serve_port"
+    answer="$(post_ping "$sig")"
+    [[ "$answer" == "200 "*pong* ]] || fail "many hosts: signed ping answered: $answer" "$(docker logs "$NAME-serve" 2>&1)"
+    record PASS "many hosts: serve on PostgreSQL as the owner, no engine socket: /healthz 200, signed ping 200"
+
+    gid="$(stat -c %g "${DOCKER_SOCKET_PATH}")"
+    local agent=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
+        -v "$WORK/secrets/paritybot_db_agent_password:/run/secrets/paritybot_db_agent_password:ro"
+        -v "${DOCKER_SOCKET_PATH}:/var/run/docker.sock" --group-add "$gid"
+        -e "PARITYBOT_DATABASE_URL=$agent_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_agent_password)
+    set +e
+    refusal="$(docker run --rm "${agent[@]}" -v "$WORK/app-key.pem:/k.pem:ro" -e PARITYBOT_PRIVATE_KEY_PATH=/k.pem \
+        "$IMAGE" agent --labels check --name check-agent 2>&1)"
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$refusal" | grep -c .)" -eq 1 ] ||
+        fail "many hosts: an agent given the App's key: exit $rc" "$refusal"
+    record PASS "many hosts: an agent given the App's key: exit 2, one line: $refusal"
+    docker run -d --name "$NAME-agent" "${agent[@]}" "$IMAGE" agent --labels check --name check-agent >/dev/null
+    local deadline=$(($(date +%s) + WAIT_S))
+    status=""
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        status="$(docker exec "$NAME-serve" paritybot status 2>&1 || true)"
+        [[ "$status" == *check-agent* ]] && break
+        [ "$(docker inspect --format '{{.State.Running}}' "$NAME-agent")" = true ] ||
+            fail "many hosts: the agent exited" "$(docker logs "$NAME-agent" 2>&1)"
+        sleep 1
+    done
+    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    record PASS "many hosts: agent as paritybot_agent, registered; paritybot status: $(printf '%s' "$status" | grep -m1 check-agent | tr -s ' ')"
+    docker stop -t 20 "$NAME-agent" >/dev/null
+    code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-agent")"
+    [ "$code" = 0 ] || fail "many hosts: agent exit code $code after SIGTERM" "$(docker logs "$NAME-agent" 2>&1)"
+    record PASS "many hosts: SIGTERM: the agent exits 0"
+}
+
+if [ "$HAS_DB" -eq 1 ]; then
+    DOCKER_SOCKET_PATH="/var/run/docker.sock"
+    case "${DOCKER_HOST:-}" in unix://*) DOCKER_SOCKET_PATH="${DOCKER_HOST#unix://}" ;; esac
+    if [ -S "$DOCKER_SOCKET_PATH" ]; then
+        many_hosts
+    else
+        record SKIP "many hosts: the engine is remote; the agent mounts a local socket"
+    fi
+else
+    record SKIP "many hosts: this build has no \`paritybot db\` command"
+fi
 
 # --- docker compose ------------------------------------------------------------------------------
 if docker compose version >/dev/null 2>&1; then
@@ -241,7 +410,8 @@ unix://*) socket="${DOCKER_HOST#unix://}" ;;
 "") ;;
 *) socket="" ;;
 esac
-export PARITYBOT_IMAGE="$IMAGE" BASE_IMAGE PARITYBOT_APP_ID=12345 PARITYBOT_WEBHOOK_SECRET="$SECRET"
+# The settings of deploy/README.md, step 4, with the files of the run above.
+export PARITYBOT_IMAGE="$IMAGE" BASE_IMAGE PARITYBOT_APP_ID=12345 PARITYBOT_WEBHOOK_SECRET_FILE="$WORK/webhook-secret"
 export PARITYBOT_PRIVATE_KEY_FILE="$WORK/app-key.pem" PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9
 export PARITYBOT_PUBLISH_PORT="" PARITYBOT_HEALTH_INTERVAL=2s
 DOCKER_SOCKET="${socket:-/var/run/docker.sock}"
@@ -251,13 +421,13 @@ export DOCKER_SOCKET DOCKER_GID
 "${compose_base[@]}" config >"$WORK/compose.out" 2>&1 || fail "compose config" "$(cat "$WORK/compose.out")"
 record PASS "compose config renders (${COMPOSE_TOOL[*]} $compose_version)"
 set +e
-refusal="$(env -u PARITYBOT_WEBHOOK_SECRET "${compose_base[@]}" config 2>&1 >/dev/null)"
+refusal="$(env -u PARITYBOT_WEBHOOK_SECRET_FILE "${compose_base[@]}" config 2>&1 >/dev/null)"
 rc=$?
 set -e
-if [ "$rc" -eq 0 ] || [[ "$refusal" != *PARITYBOT_WEBHOOK_SECRET* ]]; then
-    fail "compose config without the secret: exit $rc" "$refusal"
+if [ "$rc" -eq 0 ] || [[ "$refusal" != *PARITYBOT_WEBHOOK_SECRET_FILE* ]]; then
+    fail "compose config without the secret file: exit $rc" "$refusal"
 fi
-record PASS "compose config without the secret is refused: $(printf '%s' "$refusal" | grep -o -m1 "set PARITYBOT_WEBHOOK_SECRET[^\"'}]*" | head -n1)"
+record PASS "compose config without the secret file is refused: $(printf '%s' "$refusal" | grep -o -m1 "set PARITYBOT_WEBHOOK_SECRET_FILE[^\"'}]*" | head -n1)"
 
 if [ -z "$socket" ]; then
     record SKIP "compose up: the engine is remote ($DOCKER_HOST); the compose file mounts a local socket"
@@ -284,6 +454,33 @@ record PASS "compose service (uid ${engine_as%% *}, socket group $DOCKER_GID) re
 root_mount="$("${COMPOSE[@]}" exec -T paritybot awk '$2 == "/" {print $4}' /proc/mounts)"
 [[ "$root_mount" == ro,* ]] || fail "the root file system is mounted '$root_mount', not read-only"
 record PASS "database on the data volume; root file system read-only"
+no_secret_in_inspect "$cid"
+record PASS "compose: docker inspect shows neither the webhook secret nor the key"
+
+# The upgrade of deploy/README.md, step 8, as written there: stop, back the database up, start a
+# new tag on the same volume.
+delivery="$(send_delivery "http://127.0.0.1:$cport" "$cid")"
+NEW_IMAGE="$IMAGE-new"
+docker tag "$IMAGE" "$NEW_IMAGE"
+t0=$(now_ms)
+"${COMPOSE[@]}" stop >"$WORK/stop.log" 2>&1 || fail "compose stop" "$(cat "$WORK/stop.log")"
+mkdir "$WORK/backup"
+(cd "$WORK/backup" && docker run --rm -u 0 --entrypoint sh -v "${PROJECT}_paritybot-data:/data:ro" -v "$PWD":/backup \
+    "$NEW_IMAGE" -c 'cd /data && tar -czf /backup/paritybot-db-$(date +%F).tgz paritybot.db*') ||
+    fail "the backup command of step 8"
+backed_up="$(tar -tzf "$WORK/backup/paritybot-db-$(date +%F).tgz" | tr '\n' ' ')"
+[[ " $backed_up" == *" paritybot.db "* ]] || fail "the backup holds '$backed_up', not paritybot.db"
+PARITYBOT_IMAGE="$NEW_IMAGE" "${COMPOSE[@]}" up -d --no-build >"$WORK/up.log" 2>&1 ||
+    fail "compose up with the new tag" "$(cat "$WORK/up.log")"
+export PARITYBOT_IMAGE="$NEW_IMAGE"
+new_cid="$("${COMPOSE[@]}" ps -q paritybot)"
+[ "$new_cid" != "$cid" ] || fail "up -d with a new tag kept the old container"
+[ "$(docker inspect --format '{{.Config.Image}}' "$new_cid")" = "$NEW_IMAGE" ] || fail "not running $NEW_IMAGE"
+cport="$("${COMPOSE[@]}" port paritybot 8080 | cut -d: -f2)"
+wait_healthz "http://127.0.0.1:$cport" "$new_cid"
+wait_healthy "$new_cid"
+[ "$(stored "$new_cid" "$delivery")" = 1 ] || fail "the upgraded container's store lost the delivery"
+record PASS "upgrade (stop, backup: $backed_up, up -d $NEW_IMAGE): healthy again, the delivery kept ($(seconds_since "$t0"))"
 
 t0=$(now_ms)
 "${COMPOSE[@]}" down -v --remove-orphans >"$WORK/down.log" 2>&1 || fail "compose down" "$(cat "$WORK/down.log")"

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
-for tool in git:git dockerd:docker.io debootstrap:debootstrap; do
+# docker-compose: the deploy tests render the compose files with compose itself, as the guide does.
+for tool in git:git dockerd:docker.io debootstrap:debootstrap docker-compose:docker-compose; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # Debian's python3 comes without venv until python3-venv is installed.

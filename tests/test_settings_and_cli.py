@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import payloads
 import pytest
+from botharness import SECRET, BotHarness
 from cli_run import run_cli
+from fakegithub import FakeGitHub
 
 from bot.service.settings import Settings, SettingsError, load_settings
 
@@ -81,6 +84,83 @@ def test_serve_refuses_a_host_runner_not_asked_for_in_so_many_words(
     done = run_cli("serve", env={**SERVING, **settings}, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith(line) and done.stderr.count("\n") == 1, done.stderr
+
+
+async def test_a_webhook_secret_file_is_the_secret_deliveries_are_checked_with(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    # A container secret, written the way an operator writes one: with a trailing newline.
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_text(SECRET + "\n")
+    bot = await BotHarness.create(
+        fake_github, tmp_path, settings={"webhook_secret": None, "webhook_secret_file": secret_file}
+    )
+    try:
+        assert await bot.send("ping", {"zen": "z", "hook_id": 1}) == 200
+        body, headers = payloads.delivery("ping", {"zen": "z", "hook_id": 1}, SECRET + "\n")
+        assert (await bot.post(body, headers)).status == 401
+        assert SECRET in bot.settings().service_secrets()  # redacted from every run's output
+    finally:
+        await bot.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "both", "line"),
+    [
+        (
+            None,
+            False,
+            "paritybot: PARITYBOT_WEBHOOK_SECRET_FILE: cannot read {file}: No such file or directory",
+        ),
+        ("\n", False, "paritybot: PARITYBOT_WEBHOOK_SECRET_FILE: {file} is empty"),
+        (
+            "s3cret",
+            True,
+            "paritybot: PARITYBOT_WEBHOOK_SECRET_FILE: PARITYBOT_WEBHOOK_SECRET is set too; keep one",
+        ),
+    ],
+)
+def test_serve_refuses_a_webhook_secret_file_it_cannot_use_in_one_line(
+    content: str | None, both: bool, line: str, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "webhook-secret"
+    if content is not None:
+        secret_file.write_text(content)
+    env = {**SERVING, "PARITYBOT_WEBHOOK_SECRET_FILE": str(secret_file)}
+    if not both:
+        del env["PARITYBOT_WEBHOOK_SECRET"]
+    done = run_cli("serve", env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == line.format(file=secret_file) + "\n"
+
+
+def test_a_database_password_file_completes_the_roles_url(tmp_path: Path) -> None:
+    password = tmp_path / "db-password"
+    password.write_text("p@ss:w/rd%\n")
+    settings = load_settings(
+        database_url="postgresql://paritybot_agent@db.example.org:5432/paritybot?sslmode=verify-full",
+        database_password_file=password,
+    )
+    assert settings.database_url == (
+        "postgresql://paritybot_agent:p%40ss%3Aw%2Frd%25@db.example.org:5432/paritybot?sslmode=verify-full"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("sqlite:///paritybot.db", "only a postgresql:// database takes a password"),
+        ("postgresql://agent:old@db/paritybot", "PARITYBOT_DATABASE_URL holds a password already"),
+        ("postgresql://db/paritybot", "PARITYBOT_DATABASE_URL names no role"),
+    ],
+)
+def test_a_database_password_file_the_url_cannot_take_is_refused(
+    url: str, error: str, tmp_path: Path
+) -> None:
+    password = tmp_path / "db-password"
+    password.write_text("secret")
+    with pytest.raises(SettingsError, match=f"^PARITYBOT_DATABASE_PASSWORD_FILE: {error}"):
+        load_settings(database_url=url, database_password_file=password)
 
 
 def test_the_service_secrets_are_the_webhook_secret_and_the_key_line_by_line() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,8 +32,18 @@ class Settings(BaseSettings):
     private_key: SecretStr | None = Field(None, description="the App's PEM private key, as text")
     private_key_path: Path | None = Field(None, description="a file holding the App's PEM private key")
     webhook_secret: SecretStr | None = Field(None, description="the webhook secret set on the App")
+    webhook_secret_file: Path | None = Field(
+        None,
+        description="a file holding the webhook secret (a container secret), so that it shows in no "
+        "process environment and no `docker inspect`",
+    )
     github_api_url: str = Field("https://api.github.com", description="REST API base URL (GHES: …/api/v3)")
-    database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH")
+    database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH or postgresql://…")
+    database_password_file: Path | None = Field(
+        None,
+        description="a file holding the password of the role that PARITYBOT_DATABASE_URL names "
+        "(a container secret), so that the URL itself carries none",
+    )
     runner: Literal["docker", "host"] = Field(
         "docker",
         description="docker: every run in a container of its environment's image, never on the host; "
@@ -92,6 +103,21 @@ class Settings(BaseSettings):
             raise ValueError("set PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH, not both")
         return self
 
+    @model_validator(mode="after")
+    def _secret_files(self) -> Settings:
+        # Read once, at start-up: a missing or empty file stops the service with one line naming it.
+        if self.webhook_secret_file is not None:
+            if self.webhook_secret is not None:
+                raise SettingsError(
+                    "PARITYBOT_WEBHOOK_SECRET_FILE: PARITYBOT_WEBHOOK_SECRET is set too; keep one"
+                )
+            self.webhook_secret = SecretStr(_read_secret("WEBHOOK_SECRET_FILE", self.webhook_secret_file))
+        if self.database_password_file is not None:
+            self.database_url = _with_password(
+                self.database_url, _read_secret("DATABASE_PASSWORD_FILE", self.database_password_file)
+            )
+        return self
+
     @property
     def sqlite_path(self) -> Path:
         if not self.database_url.startswith("sqlite:///"):
@@ -143,6 +169,37 @@ class Settings(BaseSettings):
             lines = (line.strip() for line in key.splitlines() if "-----" not in line)
             secrets += [key.strip(), *(line for line in lines if len(line) >= KEY_LINE_MIN_LEN)]
         return tuple(s for s in secrets if s)
+
+
+def _read_secret(name: str, path: Path) -> str:
+    try:
+        value = path.read_text().strip()  # `echo secret > file` leaves a newline that is no part of it
+    except OSError as exc:
+        raise SettingsError(f"PARITYBOT_{name}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"PARITYBOT_{name}: {path} is not text") from None
+    if not value:
+        raise SettingsError(f"PARITYBOT_{name}: {path} is empty")
+    return value
+
+
+def _with_password(url: str, password: str) -> str:
+    """The database URL with the role's password put in, escaped as a URL needs it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise SettingsError(
+            "PARITYBOT_DATABASE_PASSWORD_FILE: only a postgresql:// database takes a password"
+        )
+    if parts.password is not None:
+        raise SettingsError(
+            "PARITYBOT_DATABASE_PASSWORD_FILE: PARITYBOT_DATABASE_URL holds a password already; keep one"
+        )
+    if not parts.username:
+        raise SettingsError(
+            "PARITYBOT_DATABASE_PASSWORD_FILE: PARITYBOT_DATABASE_URL names no role (postgresql://ROLE@…)"
+        )
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def load_settings(env_file: Path | None = None, **overrides: Any) -> Settings:
