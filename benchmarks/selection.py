@@ -460,7 +460,16 @@ def older_map_cases(
     return cases
 
 
-_TEST_DEF = re.compile(r"^def (test_\w+)\(", re.MULTILINE)
+def _renamable(proj: Project, failing: set[str]) -> tuple[str, str, str] | None:
+    """A failing test whose ``def`` can be renamed with one unambiguous edit: (node id, file, name)."""
+    for nodeid in sorted(failing):
+        path, names, param = split_nodeid(nodeid)
+        if param or not names or not (proj.work / path).is_file():
+            continue
+        text = (proj.work / path).read_text()
+        if len(re.findall(rf"\bdef {re.escape(names[-1])}\(", text)) == 1:
+            return nodeid, path, names[-1]
+    return None
 
 
 def renamed_test_cases(
@@ -473,28 +482,22 @@ def renamed_test_cases(
     tried = dropped = picked = 0
     key = next(iter(SELECTORS))
     for o in outcomes:
-        if tried >= count or not o.failing or o.session_broken:
+        found = _renamable(proj, o.failing) if o.failing and not o.session_broken else None
+        if tried >= count or found is None:
             continue
-        target = next(
-            (n for n in sorted(o.failing) if "::" in n and n.count("::") == 1 and "[" not in n), None
-        )
-        if target is None:
-            continue
-        path, names, _ = split_nodeid(target)
-        text = (proj.work / path).read_text()
-        if f"def {names[0]}(" not in text or names[0] not in _TEST_DEF.findall(text):
-            continue
+        target, path, name = found
         tried += 1
+        text = (proj.work / path).read_text()
         proj.git("checkout", "-q", "-B", "renamed", base)
         (proj.work / o.mutation.path).write_text(o.mutation.source)
-        (proj.work / path).write_text(text.replace(f"def {names[0]}(", f"def {names[0]}_renamed("))
+        (proj.work / path).write_text(text.replace(f"def {name}(", f"def {name}_renamed("))
         proj.git("commit", "-q", "-am", "rename")
         head = proj.git("rev-parse", "HEAD")
         sel = select_tests(proj.work, base, head, TestSettings(), GivenMap(maps.full), None)
         proj.git("checkout", "-q", "main")
         ids = {t.nodeid for t in sel.tests}
         dropped += target not in ids and target in sel.removed
-        picked += f"{target}_renamed" in ids
+        picked += f"{target}_renamed" in ids or any(i.startswith(f"{target}_renamed") for i in ids)
         if target in ids:
             lines.append(f"- a red to come: {target} selected though the PR renamed it")
     lines.insert(
@@ -587,6 +590,11 @@ def main() -> int:
     )
     parser.add_argument("--json", default=None, help="also write the per-mutation results here")
     parser.add_argument("--cases", type=int, default=20, help="PRs for each of the harder cases")
+    parser.add_argument(
+        "--renamed-only",
+        default=None,
+        help="a --json file of an earlier run: only the renamed-test case, on its mutations",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     proj, base, cmap = prepare(args)
@@ -594,6 +602,18 @@ def main() -> int:
     maps = Maps(full=cmap, partial=partial)
     mutations = make_mutations(proj.work, cmap, args.mutations, args.seed)
     print(f"{len(proj.all_tests)} tests, suite {proj.suite_s:.1f} s wall; {len(mutations)} mutations")
+    if args.renamed_only:
+        earlier = {
+            (r["path"], r["line"], r["kind"]): r for r in json.loads(Path(args.renamed_only).read_text())
+        }
+        known = [
+            Outcome(m, set(r["failing"]), {}, {}, session_broken=r["session_broken"])
+            for m in mutations
+            if (r := earlier.get((m.path, m.line, m.kind))) is not None
+        ]
+        print("\n".join(renamed_test_cases(proj, base, maps, known, args.cases)))
+        shutil.rmtree(proj.work.parent, ignore_errors=True)
+        return 0
     outcomes: list[Outcome] = []
     skipped = 0
     timeout = max(30.0, proj.suite_s * 4)
