@@ -336,3 +336,34 @@ def test_an_import_line_selects_the_users_of_the_names_it_rebinds_only(sample: S
         "tests/test_ops.py::TestClamp::test_above",
         "tests/test_ops.py::TestClamp::test_below",
     }
+
+
+def test_a_test_method_renamed_in_a_class_with_a_mixin_is_dropped_unless_the_mixin_defines_it(
+    tmp_path: Path,
+) -> None:
+    mixin = "class CheckMixin:\n    def test_shared(self):\n        assert self.value() == 1\n"
+    # A base class from outside the tests' tree, as another package's would be: never assumed gone.
+    support = "class OtherMixin:\n    def test_other(self):\n        assert self.value() == 1\n"
+    tests = (
+        "import unittest\n\nfrom support import OtherMixin\nfrom tests import CheckMixin\n\n\n"
+        "def value():\n    return 1\n\n\n"
+        "class ValueTest(unittest.TestCase, CheckMixin, OtherMixin):\n"
+        "    def value(self):\n        return value()\n\n"
+        "    def test_value(self):\n        assert self.value() == 1\n"
+    )
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {"tests/__init__.py": mixin, "support/__init__.py": support, "tests/test_value.py": tests}
+    )
+    cmap = asyncio.run(build_coverage_map(repo.path, base))
+    assert "tests/test_value.py::ValueTest::test_shared" in cmap.tests
+    renamed = tests.replace("def test_value(", "def test_value_again(").replace(
+        "return 1\n\n\nclass", "return 2 - 1\n\n\nclass"
+    )
+    head = repo.commit({"tests/test_value.py": renamed})
+    selection = select_tests(repo.path, base, head, TestSettings(), GivenMap(cmap), None)
+    got = reasons(selection)
+    assert selection.removed == ["tests/test_value.py::ValueTest::test_value"]
+    assert "tests/test_value.py::ValueTest::test_shared" in got  # inherited from the mixin: still there
+    assert "tests/test_value.py::ValueTest::test_other" in got
+    assert got["tests/test_value.py::ValueTest::test_value_again"][0] == "edited by this PR"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -206,9 +207,11 @@ class _Universe:
         all_tests: list[str] | None,
         test_files: set[str],
         head_files: Iterable[str],
-        reader: Callable[[str], str | None],
+        reader: Callable[[list[str]], dict[str, str | None]],
+        earlier: _Universe | None = None,
     ) -> None:
         self.all_tests = all_tests
+        self.earlier = earlier
         self._all = set(all_tests or [])
         self._head_files = set(head_files)
         self.test_files = set(test_files)
@@ -216,6 +219,7 @@ class _Universe:
             self.test_files |= {split_nodeid(n)[0] for n in all_tests}
         self._read = reader
         self._defs: dict[str, tuple[ModuleInfo, LineInfo]] = {}
+        self._near: dict[str, set[str]] = {}
         self._by_file: dict[str, list[str]] = {}
         for nodeid in all_tests or []:
             self._by_file.setdefault(split_nodeid(nodeid)[0], []).append(nodeid)
@@ -236,9 +240,28 @@ class _Universe:
             return path in self._head_files  # a doctest item names the source module's objects
         return not names or self._defined(path, names)
 
+    def _may_inherit(self, path: str, name: str) -> bool:
+        """Whether a test method ``name`` a class inherits may still exist.
+
+        It does when a file near the test file (under the same top directory) defines it, a mixin
+        say. It is gone when only the earlier commit's files did: renamed or removed there. A name
+        no file of the repository ever defined comes from another package's base class, and is
+        given the benefit of the doubt.
+        """
+        if name in self._near_names(path):
+            return True
+        return self.earlier is not None and name not in self.earlier._near_names(path)
+
+    def _near_names(self, path: str) -> set[str]:
+        top = PurePosixPath(path).parts[0] if len(PurePosixPath(path).parts) > 1 else ""
+        if top not in self._near:
+            near = [p for p in python_files(self._head_files) if not top or p.startswith(f"{top}/")]
+            self._near[top] = {n for text in self._read(near).values() for n in _def_names(text or "")}
+        return self._near[top]
+
     def _defined(self, path: str, names: list[str]) -> bool:
         if path not in self._defs:
-            text = self._read(path)
+            text = self._read([path])[path]
             module = analyze_module(path, PurePosixPath(path).stem, text or "", is_test=True)
             self._defs[path] = (module, line_info(text or ""))
         module, info = self._defs[path]
@@ -253,7 +276,7 @@ class _Universe:
         for depth in range(1, len(names)):
             if ".".join(names[: depth + 1]) not in qualified:
                 # Not in the class body: inherited from a base class, or gone.
-                return _inherits(module, ".".join(names[:depth]))
+                return _inherits(module, ".".join(names[:depth])) and self._may_inherit(path, names[depth])
         return True
 
     def expand(self, path: str, names: list[str] | None = None) -> list[str]:
@@ -270,7 +293,7 @@ class _Universe:
         return self._static_tests(path)
 
     def _static_tests(self, path: str) -> list[str]:
-        text = self._read(path)
+        text = self._read([path])[path]
         if text is None:
             return []
         module = analyze_module(path, PurePosixPath(path).stem, text, is_test=True)
@@ -279,6 +302,10 @@ class _Universe:
 
 
 _PLAIN_BASES = {"object", "TestCase", "unittest.TestCase", "IsolatedAsyncioTestCase"}
+
+
+def _def_names(text: str) -> set[str]:
+    return set(re.findall(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(", text, re.MULTILINE))
 
 
 def _inherits(module: ModuleInfo, owner: str) -> bool:
@@ -493,10 +520,12 @@ def select_for_change(
         )
     test_files = discover_test_files(change.head_files, settings)
 
-    def read_head(path: str) -> str | None:
-        return read(change.head, [path]).get(path)
+    def read_at(sha: str) -> Callable[[list[str]], dict[str, str | None]]:
+        return lambda paths: read(sha, paths)
 
-    universe = _Universe(all_tests, test_files, change.head_files, read_head)
+    base_tests = discover_test_files(change.base_files, settings)
+    at_base = _Universe(None, base_tests, change.base_files, read_at(change.base))
+    universe = _Universe(all_tests, test_files, change.head_files, read_at(change.head), at_base)
     hits = _Hits(signals)
     ctx = _Context(change, settings, coverage_map, read, universe, hits)
     for fc in files:
@@ -508,22 +537,10 @@ def select_for_change(
     selection = _apply_budget(hits, settings, total)
     selection.unchanged_behaviour = neutral
     gone = ctx.removed - {t.nodeid for t in selection.tests}
-    selection.removed = _defined_at_base(ctx, gone)
+    # The tests gone at head that the merge base had: this PR renamed or removed them (the others
+    # the base branch removed after the coverage map was recorded).
+    selection.removed = sorted(n for n in gone if at_base.exists(n))
     return selection
-
-
-def _defined_at_base(ctx: _Context, gone: set[str]) -> list[str]:
-    """The tests gone at head that the merge base had: this PR renamed or removed them (the
-    others the base branch removed after the coverage map was recorded)."""
-    if not gone:
-        return []
-    change = ctx.change
-
-    def read_base(path: str) -> str | None:
-        return ctx.read(change.base, [path]).get(path)
-
-    base = _Universe(None, discover_test_files(change.base_files, ctx.settings), change.base_files, read_base)
-    return sorted(n for n in gone if base.exists(n))
 
 
 def _drift(drift: Drift, pr: _Context) -> None:
