@@ -338,25 +338,42 @@ def test_an_import_line_selects_the_users_of_the_names_it_rebinds_only(sample: S
     }
 
 
-def test_a_test_method_renamed_in_a_class_with_a_mixin_is_dropped_unless_the_mixin_defines_it(
+def test_a_test_method_renamed_in_a_class_with_a_mixin_is_dropped_unless_a_base_class_defines_it(
     tmp_path: Path,
 ) -> None:
-    mixin = "class CheckMixin:\n    def test_shared(self):\n        assert self.value() == 1\n"
-    # A base class from outside the tests' tree, as another package's would be: never assumed gone.
-    support = "class OtherMixin:\n    def test_other(self):\n        assert self.value() == 1\n"
+    mixin = (
+        "from typing import Protocol\n\n\nclass CheckMixin(Protocol):\n"
+        "    def test_shared(self):\n        assert self.value() == 1\n"
+    )
+    # A base class from another package, which no file of the repository defines: never assumed gone.
+    external = (
+        "import sys\nimport types\n\n\nclass OtherMixin:\n"
+        "    def test_other(self):\n        assert self.value() == 1\n\n\n"
+        'sys.modules["external_checks"] = types.ModuleType("external_checks")\n'
+        'sys.modules["external_checks"].OtherMixin = OtherMixin\n'
+    )
     tests = (
-        "import unittest\n\nfrom support import OtherMixin\nfrom tests import CheckMixin\n\n\n"
+        "import unittest\n\nfrom external_checks import OtherMixin\nfrom tests import CheckMixin\n\n\n"
         "def value():\n    return 1\n\n\n"
         "class ValueTest(unittest.TestCase, CheckMixin, OtherMixin):\n"
         "    def value(self):\n        return value()\n\n"
         "    def test_value(self):\n        assert self.value() == 1\n"
     )
+    # Another class with a method of the same name does not keep the renamed one alive.
+    other = (
+        "import unittest\n\n\nclass OtherTest(unittest.TestCase):\n    def test_value(self):\n        pass\n"
+    )
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
-        {"tests/__init__.py": mixin, "support/__init__.py": support, "tests/test_value.py": tests}
+        {
+            "conftest.py": external,
+            "tests/__init__.py": mixin,
+            "tests/test_value.py": tests,
+            "tests/test_other.py": other,
+        }
     )
     cmap = asyncio.run(build_coverage_map(repo.path, base))
-    assert "tests/test_value.py::ValueTest::test_shared" in cmap.tests
+    assert "tests/test_value.py::ValueTest::test_other" in cmap.tests
     renamed = tests.replace("def test_value(", "def test_value_again(").replace(
         "return 1\n\n\nclass", "return 2 - 1\n\n\nclass"
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -219,7 +219,8 @@ class _Universe:
             self.test_files |= {split_nodeid(n)[0] for n in all_tests}
         self._read = reader
         self._defs: dict[str, tuple[ModuleInfo, LineInfo]] = {}
-        self._near: dict[str, set[str]] = {}
+        self._names: dict[str, list[str]] | None = None
+        self._paths: dict[str, str] = {}
         self._by_file: dict[str, list[str]] = {}
         for nodeid in all_tests or []:
             self._by_file.setdefault(split_nodeid(nodeid)[0], []).append(nodeid)
@@ -228,8 +229,9 @@ class _Universe:
         """Whether a node id (from the coverage map of an older commit, say) still names a test.
 
         Without collected ids the answer comes from the test file's source: a missing file, or a
-        test function or class no longer defined there, is gone; a method a class may inherit, a
-        name bound by an import or a star import, is given the benefit of the doubt.
+        test function or class no longer defined there, is gone; so is a method neither the class
+        nor its base classes in the repository define. A method another package's base class may
+        provide, a name bound by an import or a star import, is given the benefit of the doubt.
         """
         if nodeid in self._all:
             return True
@@ -240,31 +242,21 @@ class _Universe:
             return path in self._head_files  # a doctest item names the source module's objects
         return not names or self._defined(path, names)
 
-    def _may_inherit(self, path: str, name: str) -> bool:
-        """Whether a test method ``name`` a class inherits may still exist.
-
-        It does when a file near the test file (under the same top directory) defines it, a mixin
-        say. It is gone when only the earlier commit's files did: renamed or removed there. A name
-        no file of the repository ever defined comes from another package's base class, and is
-        given the benefit of the doubt.
-        """
-        if name in self._near_names(path):
-            return True
-        return self.earlier is not None and name not in self.earlier._near_names(path)
-
-    def _near_names(self, path: str) -> set[str]:
-        top = PurePosixPath(path).parts[0] if len(PurePosixPath(path).parts) > 1 else ""
-        if top not in self._near:
-            near = [p for p in python_files(self._head_files) if not top or p.startswith(f"{top}/")]
-            self._near[top] = {n for text in self._read(near).values() for n in _def_names(text or "")}
-        return self._near[top]
-
-    def _defined(self, path: str, names: list[str]) -> bool:
+    def _module(self, path: str) -> tuple[ModuleInfo, LineInfo]:
         if path not in self._defs:
             text = self._read([path])[path]
-            module = analyze_module(path, PurePosixPath(path).stem, text or "", is_test=True)
-            self._defs[path] = (module, line_info(text or ""))
-        module, info = self._defs[path]
+            name = self._module_names().get(path, [PurePosixPath(path).stem])[0]
+            self._defs[path] = (analyze_module(path, name, text or "", is_test=True), line_info(text or ""))
+        return self._defs[path]
+
+    def _module_names(self) -> dict[str, list[str]]:
+        if self._names is None:
+            self._names = module_names(python_files(self._head_files))
+            self._paths = {n: p for p, names in self._names.items() for n in names}
+        return self._names
+
+    def _defined(self, path: str, names: list[str]) -> bool:
+        module, info = self._module(path)
         if module.error or module.star_imports or "__getattr__" in module.symbols:
             return True
         top = module.symbols.get(names[0])
@@ -276,8 +268,59 @@ class _Universe:
         for depth in range(1, len(names)):
             if ".".join(names[: depth + 1]) not in qualified:
                 # Not in the class body: inherited from a base class, or gone.
-                return _inherits(module, ".".join(names[:depth])) and self._may_inherit(path, names[depth])
+                return self._inherited(path, ".".join(names[:depth]), names[depth], frozenset())
         return True
+
+    def _inherited(self, path: str, owner: str, name: str, seen: frozenset[tuple[str, str]]) -> bool:
+        """Whether class ``owner`` of ``path`` may inherit ``name`` from one of its base classes.
+
+        A base class of this repository is read (a mixin in the same file or in ``tests/__init__.py``):
+        it must define the name, itself or through its own bases. A base class that is not, another
+        package's, is given the benefit of the doubt, unless the class's own body defined the name
+        at the earlier commit: then it was renamed or removed since.
+        """
+        module, _ = self._module(path)
+        sym = module.symbols.get(owner)
+        if sym is None:
+            return True  # a nested class: its bases are not recorded, so it may inherit
+        for base in sym.bases:
+            if base in _PLAIN_BASES or _from_stdlib(module, base):
+                continue  # unittest.TestCase, typing.Protocol, abc.ABC: no test methods to inherit
+            where = self._resolve(module, base)
+            if where is None:
+                if self.earlier is None or not self.earlier.in_body(path, owner, name):
+                    return True
+                continue
+            if where in seen:
+                return True
+            if self._defines(*where, name, seen | {where}):
+                return True
+        return False
+
+    def _defines(self, path: str, owner: str, name: str, seen: frozenset[tuple[str, str]]) -> bool:
+        module, _ = self._module(path)
+        sym = module.symbols.get(owner)
+        if module.error or module.star_imports or sym is None or sym.kind != SymbolKind.CLASS:
+            return True  # not a class this reading can follow
+        return self.in_body(path, owner, name) or self._inherited(path, owner, name, seen)
+
+    def in_body(self, path: str, owner: str, name: str) -> bool:
+        """Whether class ``owner`` of ``path`` defines method ``name`` itself."""
+        return f"{owner}.{name}" in {q for q, _, _ in self._module(path)[1].functions}
+
+    def _resolve(self, module: ModuleInfo, base: str) -> tuple[str, str] | None:
+        """The file and class a base class written as ``base`` names, when this repository has it."""
+        here = module.symbols.get(base)
+        if here is not None and here.kind == SymbolKind.CLASS:
+            return module.path, base
+        first, _, rest = base.partition(".")
+        self._module_names()
+        for target in module.imports.get(first, []):
+            dotted = f"{target}.{rest}" if rest else target
+            owner_module, _, owner = dotted.rpartition(".")
+            if owner_module in self._paths:
+                return self._paths[owner_module], owner
+        return None
 
     def expand(self, path: str, names: list[str] | None = None) -> list[str]:
         """Node ids under ``path::names`` (all parametrized cases, all methods of a class)."""
@@ -304,16 +347,10 @@ class _Universe:
 _PLAIN_BASES = {"object", "TestCase", "unittest.TestCase", "IsolatedAsyncioTestCase"}
 
 
-def _def_names(text: str) -> set[str]:
-    return set(re.findall(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(", text, re.MULTILINE))
-
-
-def _inherits(module: ModuleInfo, owner: str) -> bool:
-    """Whether class ``owner`` (dotted inside the module) may inherit tests from a base class."""
-    sym = module.symbols.get(owner)
-    if sym is None:
-        return True  # a nested class: its bases are not recorded, so it may inherit
-    return any(b not in _PLAIN_BASES for b in sym.bases)
+def _from_stdlib(module: ModuleInfo, base: str) -> bool:
+    first = base.partition(".")[0]
+    targets = module.imports.get(first, [])
+    return bool(targets) and all(t.partition(".")[0] in sys.stdlib_module_names for t in targets)
 
 
 def parse_collect_only(output: str) -> list[str]:
