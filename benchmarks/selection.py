@@ -22,6 +22,10 @@ Usage::
 
     python benchmarks/selection.py PROJECT_DIR [--python PY] [--env PYTHONPATH=src]
         [--mutations 120] [--seed 1] [--budget-s 840] [--name NAME] [--cases 20]
+        [--json RESULTS] [--from-json RESULTS] [--at PATH:LINE ...]
+
+``--from-json`` takes an earlier run's results (same project, ``--mutations`` and ``--seed``):
+it prints that run's table again and reruns only the renamed-test case on its mutations.
 
 ``--python`` is an interpreter with the project's dependencies, pytest, coverage and
 pytest-testmon.
@@ -85,6 +89,7 @@ SELECTORS: dict[str, tuple[bool, frozenset[Signal] | None]] = {
 }
 TESTMON = "pytest-testmon"
 PARTIAL = "ours, map with a hole"
+FAILING = "the failing tests themselves"
 SKIP_PARTS = {"tests", "test", "testing", "docs", "doc", "benchmarks", "examples", "scripts"}
 
 
@@ -324,10 +329,14 @@ def candidates(work: Path, cmap: CoverageMap) -> list[tuple[str, int]]:
     return out
 
 
-def make_mutations(work: Path, cmap: CoverageMap, count: int, seed: int) -> list[Mutation]:
+def make_mutations(
+    work: Path, cmap: CoverageMap, count: int, seed: int, at: list[tuple[str, int]] | None = None
+) -> list[Mutation]:
+    """``count`` mutations of lines the suite runs, sampled with ``seed``; or one for each line ``at``."""
     rng = random.Random(seed)
-    lines = candidates(work, cmap)
-    rng.shuffle(lines)
+    lines = at or candidates(work, cmap)
+    if not at:
+        rng.shuffle(lines)
     trees: dict[str, tuple[str, ast.Module]] = {}
     out: list[Mutation] = []
     for path, line in lines:
@@ -515,6 +524,8 @@ def summarise(proj: Project, outcomes: list[Outcome]) -> list[dict[str, object]]
     standing = [o for o in outcomes if not o.session_broken]
 
     def chosen(o: Outcome, name: str) -> set[str]:
+        if name == FAILING:
+            return o.failing
         sel = None if name == "full suite" else o.selected[name]
         return set(proj.all_tests) if sel is None else sel
 
@@ -523,7 +534,7 @@ def summarise(proj: Project, outcomes: list[Outcome]) -> list[dict[str, object]]
 
     testmon_s = statistics.mean(seconds(o, TESTMON) for o in standing) if standing else 0.0
     rows = []
-    for name in [*SELECTORS, PARTIAL, TESTMON, "full suite"]:
+    for name in [*SELECTORS, PARTIAL, TESTMON, FAILING, "full suite"]:
         any_hit = sum(bool(o.failing & chosen(o, name)) for o in breaking)
         all_hit = sum(o.failing <= chosen(o, name) for o in breaking)
         mean_s = statistics.mean(seconds(o, name) for o in standing) if standing else 0.0
@@ -570,6 +581,10 @@ def misses(outcomes: list[Outcome], key: str = next(iter(SELECTORS))) -> str:
     return "\n".join(lines)
 
 
+def _selected(recorded: dict[str, list[str] | None]) -> dict[str, set[str] | None]:
+    return {k: None if v is None else set(v) for k, v in recorded.items()}
+
+
 def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(
@@ -591,26 +606,34 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="also write the per-mutation results here")
     parser.add_argument("--cases", type=int, default=20, help="PRs for each of the harder cases")
     parser.add_argument(
-        "--renamed-only",
+        "--at",
+        action="append",
+        default=[],
+        metavar="PATH:LINE",
+        help="mutate these lines instead of sampling (say, constructor lines test modules run at import)",
+    )
+    parser.add_argument(
+        "--from-json",
         default=None,
-        help="a --json file of an earlier run: only the renamed-test case, on its mutations",
+        help="a --json file of an earlier run: its table again, and the renamed-test case on its mutations",
     )
     args = parser.parse_args()
     started = time.monotonic()
     proj, base, cmap = prepare(args)
     partial, hole = with_hole(proj, cmap)
     maps = Maps(full=cmap, partial=partial)
-    mutations = make_mutations(proj.work, cmap, args.mutations, args.seed)
+    at = [(p, int(n)) for p, _, n in (a.rpartition(":") for a in args.at)]
+    mutations = make_mutations(proj.work, cmap, args.mutations, args.seed, at)
     print(f"{len(proj.all_tests)} tests, suite {proj.suite_s:.1f} s wall; {len(mutations)} mutations")
-    if args.renamed_only:
-        earlier = {
-            (r["path"], r["line"], r["kind"]): r for r in json.loads(Path(args.renamed_only).read_text())
-        }
+    name = args.name or Path(args.project).resolve().name
+    if args.from_json:
+        earlier = {(r["path"], r["line"], r["kind"]): r for r in json.loads(Path(args.from_json).read_text())}
         known = [
-            Outcome(m, set(r["failing"]), {}, {}, session_broken=r["session_broken"])
+            Outcome(m, set(r["failing"]), _selected(r["selected"]), {}, session_broken=r["session_broken"])
             for m in mutations
             if (r := earlier.get((m.path, m.line, m.kind))) is not None
         ]
+        print(table(f"{name} (selections of {args.from_json})", known, 0, summarise(proj, known)))
         print("\n".join(renamed_test_cases(proj, base, maps, known, args.cases)))
         shutil.rmtree(proj.work.parent, ignore_errors=True)
         return 0
@@ -630,7 +653,6 @@ def main() -> int:
             print(f"  {i}/{len(mutations)} mutations, {time.monotonic() - started:.0f} s")
     older = older_map_cases(proj, base, maps, outcomes, args.cases, timeout)
     renamed = renamed_test_cases(proj, base, maps, outcomes, args.cases)
-    name = args.name or Path(args.project).resolve().name
     suite = sum(proj.durations.values())
     print(f"\n{name}: {len(proj.all_tests)} tests, suite {suite:.1f} s of test time; the hole: {hole}\n")
     print(table(name, outcomes, skipped, summarise(proj, outcomes)))
