@@ -660,13 +660,15 @@ def main() -> int:
     for label, missed in (("map", misses(outcomes)), ("map with a hole", misses(outcomes, PARTIAL))):
         if missed:
             print(f"missed with the {label}:\n{missed}")
-    print()
-    print(table(f"{name}, map of an older commit", older, 0, summarise(proj, older)))
-    missed = misses(older)
-    if missed:
-        print(missed)
-    print()
-    print("\n".join(renamed))
+    if older:
+        print()
+        print(table(f"{name}, map of an older commit", older, 0, summarise(proj, older)))
+        missed = misses(older)
+        if missed:
+            print(missed)
+    if args.cases:
+        print()
+        print("\n".join(renamed))
     if args.json:
         Path(args.json).write_text(
             json.dumps(
