@@ -15,6 +15,7 @@ carrying git's own stderr, so the user sees the real reason.
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -67,16 +68,42 @@ class ChangedFile(BaseModel):
         return self.additions + self.deletions
 
 
+# A commit never changes: asked about full shas, git gives the same answer for good, so the answer
+# is kept (for the repository at that path). Any other revision (a branch, HEAD, a short sha) may
+# move or mean another commit, and is asked afresh. Each run asks the same few questions of its
+# workspace from several checks; this spares it a few dozen git processes.
+_MEMO = 1024
+_FULL_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+def _fixed(*revs: str) -> bool:
+    return all(_FULL_SHA.fullmatch(r) for r in revs)
+
+
 def merge_base(repo: Path, a: str, b: str) -> str:
     """The best common ancestor of ``a`` and ``b`` as a full sha.
 
     Raises:
         GitError: a revision is unknown, or the two share no history.
     """
+    return _merge_base_of_commits(repo, a, b) if _fixed(a, b) else _merge_base(repo, a, b)
+
+
+def _merge_base(repo: Path, a: str, b: str) -> str:
     out = decode(git_bytes(repo, "merge-base", "--end-of-options", a, b)).strip()
     if not out:
         raise GitError(["merge-base", a, b], 1, f"{a} and {b} have no common ancestor")
     return out
+
+
+_merge_base_of_commits = functools.lru_cache(maxsize=_MEMO)(_merge_base)
+
+
+def same_files(repo: Path, a: str, b: str) -> bool:
+    """Whether commits ``a`` and ``b`` (shas, never options) hold exactly the same files (one tree)."""
+    trees = decode(git_bytes(repo, "rev-parse", f"{a}^{{tree}}", f"{b}^{{tree}}"))
+    first, second = trees.split()
+    return first == second
 
 
 def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
@@ -85,6 +112,11 @@ def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
     Renames and copies are followed, so a moved file is one entry with ``old_path`` set; binary
     files have ``binary=True`` and zero line counts.
     """
+    found = _changed_between_commits(repo, base, head) if _fixed(base, head) else _changed(repo, base, head)
+    return [f.model_copy() for f in found]
+
+
+def _changed(repo: Path, base: str, head: str) -> tuple[ChangedFile, ...]:
     status_out = git_bytes(
         repo, "diff", *_DIFF_OPTIONS, "--name-status", "-z", "--end-of-options", base, head, "--"
     )
@@ -105,7 +137,10 @@ def changed_files(repo: Path, base: str, head: str) -> list[ChangedFile]:
                 binary=path in counts and added is None,
             )
         )
-    return files
+    return tuple(files)
+
+
+_changed_between_commits = functools.lru_cache(maxsize=_MEMO)(_changed)
 
 
 def _parse_name_status(out: str) -> list[tuple[FileStatus, str | None, str]]:
@@ -342,7 +377,14 @@ def _read_blobs(repo: Path, oids: list[str]) -> list[str]:
 
 
 def _resolve_commit(repo: Path, rev: str) -> str:
+    return _commit_of_sha(repo, rev) if _fixed(rev) else _commit(repo, rev)
+
+
+def _commit(repo: Path, rev: str) -> str:
     return decode(git_bytes(repo, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}")).strip()
+
+
+_commit_of_sha = functools.lru_cache(maxsize=_MEMO)(_commit)
 
 
 def list_files(repo: Path, rev: str) -> list[str]:

@@ -38,8 +38,9 @@ from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerReque
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
-from runner.checks.rfc import collect_rfc_inputs, evaluate_rfc
+from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
+from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
@@ -128,6 +129,10 @@ class Pipeline:
                 token=self.deps.token,
             )
             report.base_sha = workspace.base_sha or req.base_sha
+            report.nothing_to_check = await asyncio.to_thread(self._nothing_to_check, workspace)
+            if report.nothing_to_check:
+                report.state = RunState.SUCCEEDED
+                return report  # nothing runs: no runner is even started
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -179,7 +184,68 @@ class Pipeline:
 
     # --- the PR checks ---------------------------------------------------------------------------
 
+    def _nothing_to_check(self, ws: Workspace) -> str | None:
+        """Why the pull request's change is empty, if it is: its head has its merge base's files.
+
+        Checking it would compare the base with itself, and a pass would say something untrue.
+        An explicit request for the whole suite or for the failed tests still runs.
+        """
+        req = self.request
+        if req.kind != RunKind.PULL_REQUEST or req.scope != RunScope.SELECTED or ws.base_sha is None:
+            return None
+        if not same_files(ws.path, ws.base_sha, ws.head_sha):
+            return None
+        head = f"`{ws.head_sha[:12]}`"
+        if ws.base_sha == ws.head_sha:
+            return f"the change is empty: its head {head} is already part of the base"
+        return (
+            f"the change is empty: its head {head} has the same files as `{ws.base_sha[:12]}`, "
+            "where it leaves the base"
+        )
+
     async def _checks(self, report: RunReport, ws: Workspace) -> None:
+        # The docstrings, the RFC inputs and the test selection read git's objects only, never the
+        # working tree the steps use (and pre-commit's hooks may rewrite): they are worked out
+        # while the probe and pre-commit run.
+        analysis = asyncio.ensure_future(asyncio.to_thread(self._analyse, ws))
+        try:
+            await self._steps_before_tests(report, ws)
+            docstrings, rfc_inputs, selection = await analysis
+        finally:
+            analysis.cancel()  # when a step was cancelled or failed; a no-op once it is done
+        cfg = self.config
+        report.docstrings = docstrings
+        if rfc_inputs is not None:
+            changed, api_changes, new_deps = rfc_inputs
+            report.rfc = evaluate_rfc(
+                cfg.rfc, changed, self.request.labels, self.request.pr_body, api_changes, new_deps
+            )
+        self._check_cancelled()
+        report.tests = (
+            await self._tests(report, ws, selection)
+            if selection is not None
+            else TestsResult(status=CheckStatus.DISABLED)
+        )
+        report.parity = build_parity(
+            self._reference(),
+            report.probe,
+            parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
+            cfg.parity.packages,
+        )
+
+    def _analyse(self, ws: Workspace) -> tuple[DocstringResult | None, RfcInputs | None, Selection | None]:
+        """What the bot works out from git's objects: docstrings, the RFC inputs, the selection."""
+        cfg, base = self.config, ws.base_sha
+        docstrings = None
+        if cfg.checks.docstrings and base:
+            docstrings = check_docstrings(ws.path, base, ws.head_sha, cfg.docstrings)
+        elif not cfg.checks.docstrings:
+            docstrings = DocstringResult(status=CheckStatus.DISABLED)
+        rfc_inputs = collect_rfc_inputs(ws.path, base, ws.head_sha) if base else None
+        return docstrings, rfc_inputs, self._select(ws) if cfg.checks.tests else None
+
+    async def _steps_before_tests(self, report: RunReport, ws: Workspace) -> None:
+        """The probe, then pre-commit."""
         assert self._runner is not None
         cfg, env = self.config, self.environment
         step_timeout = env.step_timeout_minutes * 60
@@ -206,29 +272,6 @@ class Pipeline:
         else:
             report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
         self._check_cancelled()
-        if cfg.checks.docstrings and base:
-            report.docstrings = await asyncio.to_thread(
-                check_docstrings, ws.path, base, ws.head_sha, cfg.docstrings
-            )
-        elif not cfg.checks.docstrings:
-            report.docstrings = DocstringResult(status=CheckStatus.DISABLED)
-        if base:
-            changed, api_changes, new_deps = await asyncio.to_thread(
-                collect_rfc_inputs, ws.path, base, ws.head_sha
-            )
-            report.rfc = evaluate_rfc(
-                cfg.rfc, changed, self.request.labels, self.request.pr_body, api_changes, new_deps
-            )
-        self._check_cancelled()
-        report.tests = (
-            await self._tests(report, ws) if cfg.checks.tests else TestsResult(status=CheckStatus.DISABLED)
-        )
-        report.parity = build_parity(
-            self._reference(),
-            report.probe,
-            parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
-            cfg.parity.packages,
-        )
 
     async def _probe(self, ws: Workspace) -> EnvFacts:
         assert self._runner is not None
@@ -242,6 +285,8 @@ class Pipeline:
 
     def _select(self, ws: Workspace) -> Selection:
         req = self.request
+        if ws.base_sha is None and req.scope == RunScope.SELECTED:
+            return Selection(whole_suite=True, whole_suite_reasons=["no base commit to compare with"])
         if req.scope == RunScope.ALL:
             return Selection(
                 whole_suite=True, whole_suite_reasons=[f"`{COMMAND} all` asked for the whole suite"]
@@ -254,12 +299,8 @@ class Pipeline:
         maps = CoverageMapStore(self._coverage_dir()) if self.config.tests.use_coverage_map else None
         return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, maps)
 
-    async def _tests(self, report: RunReport, ws: Workspace) -> TestsResult:
+    async def _tests(self, report: RunReport, ws: Workspace, selection: Selection) -> TestsResult:
         assert self._runner is not None
-        if ws.base_sha is None and self.request.scope == RunScope.SELECTED:
-            selection = Selection(whole_suite=True, whole_suite_reasons=["no base commit to compare with"])
-        else:
-            selection = await asyncio.to_thread(self._select, ws)
         if not selection.whole_suite and not selection.tests:
             return TestsResult(
                 status=CheckStatus.PASSED, selection=selection, message=nothing_selected(selection)
@@ -283,7 +324,7 @@ class Pipeline:
         if self.environment.network.tests:
             report.networked_steps.append("tests")
         try:
-            results = await run_tests(
+            run = await run_tests(
                 self._runner,
                 ws.path,
                 nodeids,
@@ -299,9 +340,16 @@ class Pipeline:
                 status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
             )
         self._check_cancelled()
-        bad = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
-        status = CheckStatus.FAILED if bad else CheckStatus.PASSED
-        return TestsResult(status=status, selection=selection, results=results)
+        bad = [r for r in run.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        return TestsResult(
+            status=CheckStatus.FAILED if bad else CheckStatus.PASSED,
+            selection=selection,
+            results=run.results,
+            selected=run.selected,
+            deselected=run.deselected,
+            not_found=run.not_found,
+            not_collected=run.not_collected,
+        )
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.

@@ -368,6 +368,8 @@ def tests_failed() -> TestsResult:
             _passed("tests/test_ops.py::TestFused::test_forward[bfloat16]", 0.35),
             _passed("tests/test_smoke.py::test_import", 0.02),
         ],
+        selected=7,
+        deselected=SUITE_SIZE - 7,
     )
 
 
@@ -377,6 +379,8 @@ def tests_passed(image_ref: str | None = IMAGE_REF) -> TestsResult:
         status=CheckStatus.PASSED,
         selection=selection,
         results=[_passed(t.nodeid, 0.5) for t in selection.tests],
+        selected=len(selection.tests),
+        deselected=SUITE_SIZE - len(selection.tests),
     )
 
 
@@ -470,6 +474,8 @@ def host_run() -> RunReport:
             selection=selection,
             results=[_passed(t.nodeid, 0.2) for t in selection.tests]
             + [TestCaseResult(nodeid="tests/test_conv.py::test_shapes[4]", outcome=TestOutcome.SKIPPED)],
+            selected=4,
+            deselected=SUITE_SIZE - 4,
         ),
         parity=ParityReport(
             rows=[
@@ -533,6 +539,8 @@ def whole_suite_timeout() -> RunReport:
             message="tests: timed out after 1800 s and was killed",
             output="tests/test_dist.py::test_allreduce_two_gpus PASSED\ntests/test_dist.py::test_broadcast ",
             results=[_passed("tests/test_conv.py::test_shapes[1]", 0.2)],
+            selected=SUITE_SIZE,
+            deselected=0,
         ),
         parity=parity_matching(pasted=True),
         finished_at=datetime(2024, 6, 3, 14, 35, 30, tzinfo=UTC),
@@ -606,6 +614,8 @@ def many_failures(count: int = 500, message_chars: int = 20_000, diff_chars: int
             whole_suite=True, whole_suite_reasons=["`pyproject.toml` changed"], total_tests=SUITE_SIZE
         ),
         results=results,
+        selected=len(results),
+        deselected=0,
     )
     assert report.precommit is not None and report.docstrings is not None
     report.precommit.diff = PRECOMMIT_DIFF + diff_line * (diff_chars // len(diff_line))

@@ -164,3 +164,24 @@ async def test_a_delivery_whose_handling_hits_a_github_error_is_retried(bot: Bot
     await bot.wait_runs_done()
     assert len(bot.store.jobs_for_pr(REPO, 7)) == 1
     assert bot.store.delivery_status_count("dispatched") == 1
+
+
+async def test_a_pull_request_with_no_change_gets_neutral_check_runs_saying_nothing_to_check(
+    bot: BotHarness,
+) -> None:
+    # The head is the base itself (a branch opened before its first commit, or one already merged).
+    base = bot.sample.base_sha
+    bot.seed_pull(base)
+    assert await bot.send("pull_request", bot.pr_event("opened", head_sha=base)) == 202
+    await bot.wait_runs_done()
+
+    runs = bot.fake.check_runs(REPO, head_sha=base)
+    assert len(runs) == 4
+    for run in runs:
+        final = run.states[-1]
+        assert (final["status"], final["conclusion"]) == ("completed", "neutral"), run.name
+        assert final["output"]["title"] == "Nothing to check"
+        assert "is already part of the base" in final["output"]["summary"]
+    [comment] = bot.bot_comments()
+    assert "### ➖ Nothing to check" in comment.body
+    assert "passed" not in comment.body and "✅" not in comment.body

@@ -10,13 +10,8 @@ import pytest
 from sample_repo import BROKEN_TEST, SUITE_SIZE, make_sample_repo, tool_env
 
 from bot.core.models import TestOutcome
-from runner.checks.junit import (
-    NODEID_PLUGIN,
-    NODEID_PLUGIN_MODULE,
-    JUnitError,
-    parse_junit,
-    summarize_failure,
-)
+from runner.checks.junit import JUnitError, parse_junit, summarize_failure
+from runner.checks.testexec import PLUGIN_MODULE, plugin_source
 
 
 def _pytest_junit(repo: Path, *extra: str, plugin: bool) -> str:
@@ -26,8 +21,8 @@ def _pytest_junit(repo: Path, *extra: str, plugin: bool) -> str:
     env = dict(tool_env())
     if plugin:
         (repo / ".paritybot").mkdir(exist_ok=True)
-        (repo / ".paritybot" / f"{NODEID_PLUGIN_MODULE}.py").write_text(NODEID_PLUGIN)
-        args += ["-p", NODEID_PLUGIN_MODULE]
+        (repo / ".paritybot" / f"{PLUGIN_MODULE}.py").write_text(plugin_source())
+        args += ["-p", PLUGIN_MODULE]
         env["PYTHONPATH"] = str(repo / ".paritybot")
     subprocess.run(
         [*args, f"--junitxml={report}", *extra], cwd=repo, env=env, capture_output=True, check=False

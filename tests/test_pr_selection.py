@@ -142,7 +142,6 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Mini:
     root = tmp_path_factory.mktemp("mini")
     repo = GitRepo(root / "repo")
     base = repo.commit(MINI, "base")
-    (repo.path / ".git" / "info" / "exclude").write_text(".paritybot/\n")
     maps = root / "maps"
     done = run_cli(
         "coverage-map", "--repo", str(repo.path), "--rev", base, "--runner", "host",

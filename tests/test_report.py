@@ -441,7 +441,10 @@ def test_a_broken_run_fails_the_checks_it_never_reached() -> None:
 def test_a_timeout_is_told_apart_from_a_failure() -> None:
     tests = next(o for o in render_check_runs(samples.whole_suite_timeout()) if o.kind == CheckKind.TESTS)
     assert tests.conclusion == "timed_out"
-    assert tests.title == "Tests: timed out after 1800 s and was killed (1 passed)"
+    assert (
+        tests.title
+        == "Tests: timed out after 1800 s and was killed (1 passed · 0 failed · 0 skipped · 0 deselected)"
+    )
 
 
 def test_a_running_report_completes_finished_checks_early() -> None:
@@ -624,6 +627,7 @@ def test_needs_new_comment_truth_table(previous: Verdict | None, current: Verdic
         Verdict.FLAKY_ONLY,
         Verdict.ERROR,
         Verdict.CANCELLED,
+        Verdict.NOTHING_TO_CHECK,
     )
     assert needs_new_comment(previous, current) is expected
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import docker
 import pytest
+from cli_run import run_cli
 from docker_support import docker_client, test_image
 
 from bot.cli.demo import BROKEN_TEST
@@ -25,22 +25,10 @@ __all__ = ["docker_client", "test_image"]
 def test_posted_docker_repro_command_reproduces_the_failure(
     docker_client: docker.DockerClient, test_image: str, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bot.cli.main",
-            "check",
-            "--demo",
-            "--image",
-            test_image,
-            "--gpus",
-            "none",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # The demo project lives in the user's cache (here the test's), where the posted clone finds it.
+    home = tmp_path / "home"
+    done = run_cli(
+        "check", "--demo", "--image", test_image, "--gpus", "none", "--json", timeout=600, home=home
     )
     assert done.returncode == 0, done.stderr
     assert "runner: docker" in done.stderr
@@ -52,9 +40,10 @@ def test_posted_docker_repro_command_reproduces_the_failure(
     assert any(report.image_ref in command and command.startswith("docker run") for command in failed.repro)
 
     script = " && ".join(failed.repro)
+    (tmp_path / "work").mkdir()
     repro = subprocess.run(
         ["bash", "-c", script],
-        cwd=tmp_path,
+        cwd=tmp_path / "work",
         capture_output=True,
         text=True,
         timeout=600,

@@ -21,7 +21,7 @@ from bot.core.config import TestSettings
 from bot.core.models import TestCaseResult, TestOutcome
 from runner.backends.host import HostRunner
 from runner.checks.repro import ReproContext
-from runner.checks.testexec import NoTestsCollected, run_tests
+from runner.checks.testexec import NoTestsCollected, TestRun, run_tests
 
 NESTED = "tests/unit/test_nested.py::TestOuter::TestInner::test_mean_is_between"
 PARAM = "tests/test_text.py::test_shout_ends_with_bang[x::y]"
@@ -43,11 +43,20 @@ async def _run(
     settings: TestSettings | None = None,
     env: dict[str, str] | None = None,
 ) -> dict[str, TestCaseResult]:
-    runner = HostRunner(env={**tool_env(), **(env or {})})
-    results = await run_tests(runner, sample.path, nodeids, settings or TestSettings(), _repro(sample))
-    by_id = {r.nodeid: r for r in results}
-    assert len(by_id) == len(results), "a test was reported twice"
+    run = await _test_run(sample, nodeids, settings, env)
+    by_id = {r.nodeid: r for r in run.results}
+    assert len(by_id) == len(run.results), "a test was reported twice"
     return by_id
+
+
+async def _test_run(
+    sample: SampleRepo,
+    nodeids: list[str] | None,
+    settings: TestSettings | None = None,
+    env: dict[str, str] | None = None,
+) -> TestRun:
+    runner = HostRunner(env={**tool_env(), **(env or {})})
+    return await run_tests(runner, sample.path, nodeids, settings or TestSettings(), _repro(sample))
 
 
 async def test_whole_suite_tells_failed_from_flaky_from_passed(sample: SampleRepo) -> None:
@@ -133,35 +142,79 @@ async def test_a_selected_id_in_a_file_that_fails_to_import_reports_the_import_e
     assert results[NESTED].outcome == TestOutcome.PASSED
 
 
-async def test_ids_the_suite_no_longer_has_are_errors_and_the_rest_runs(sample: SampleRepo) -> None:
+async def test_ids_the_suite_no_longer_has_are_listed_never_run_never_failures(sample: SampleRepo) -> None:
     gone_test = "tests/test_stats.py::TestMean::test_renamed_away"
     gone_file = "tests/test_deleted.py::test_x"
 
-    results = await _run(sample, [gone_test, NESTED, gone_file])
+    run = await _test_run(sample, [gone_test, NESTED, gone_file])
 
-    assert results[NESTED].outcome == TestOutcome.PASSED
-    for gone in (gone_test, gone_file):
-        assert results[gone].outcome == TestOutcome.ERROR
-        assert "not found" in results[gone].message
-    assert len(results) == 3
+    assert [(r.nodeid, r.outcome) for r in run.results] == [(NESTED, TestOutcome.PASSED)]
+    assert sorted(run.not_found) == [gone_file, gone_test]
+    assert (run.selected, run.deselected) == (1, SUITE_SIZE - 1)
 
 
-async def test_no_tests_collected_is_an_explicit_error(sample: SampleRepo) -> None:
+async def test_a_selection_the_head_has_none_of_runs_nothing_and_says_so(sample: SampleRepo) -> None:
     (sample.path / "tests/test_empty.py").write_text('"""No tests yet."""\n')
     commit_all(sample.path, "empty test file")
 
-    with pytest.raises(NoTestsCollected, match=re.escape("collected no tests in tests/test_empty.py")):
-        await _run(sample, ["tests/test_empty.py"])
+    run = await _test_run(sample, ["tests/test_empty.py", "tests/test_stats.py::test_gone"])
+
+    assert run.results == [] and run.selected == 0
+    assert run.not_found == ["tests/test_empty.py", "tests/test_stats.py::test_gone"]
 
 
-async def test_a_hanging_test_is_stopped_by_the_per_test_timeout(sample: SampleRepo) -> None:
+async def test_a_suite_without_tests_is_an_explicit_error(sample: SampleRepo) -> None:
+    for test_file in (sample.path / "tests").rglob("test_*.py"):
+        test_file.write_text('"""No tests yet."""\n')
+    commit_all(sample.path, "no tests")
+
+    with pytest.raises(NoTestsCollected, match=re.escape("pytest collected no tests in the suite")):
+        await _run(sample, None)
+
+
+async def test_counts_are_in_test_items_a_class_or_function_counting_as_its_tests(
+    sample: SampleRepo,
+) -> None:
+    # A class of four tests, a function of three parametrized cases, one nested test.
+    selected = ["tests/test_stats.py::TestMean", "tests/test_stats.py::test_spread", NESTED]
+
+    run = await _test_run(sample, selected, TestSettings(reruns=0))
+
+    assert run.selected == 8 == len(run.results)
+    assert run.deselected == SUITE_SIZE - 8
+    assert {r.nodeid for r in run.results} >= {"tests/test_stats.py::test_spread[values0-4]", BROKEN_TEST}
+
+
+async def test_a_module_outside_the_selection_that_cannot_be_collected_is_listed_not_failed(
+    sample: SampleRepo,
+) -> None:
+    (sample.path / "tests/test_needs_gym.py").write_text(
+        "import gym_not_installed\n\n\ndef test_x():\n    pass\n"
+    )
+    commit_all(sample.path, "a test module needing an optional dependency")
+
+    run = await _test_run(sample, [NESTED])
+
+    assert [(r.nodeid, r.outcome) for r in run.results] == [(NESTED, TestOutcome.PASSED)]
+    [error] = run.not_collected
+    assert error.path == "tests/test_needs_gym.py"
+    assert "No module named 'gym_not_installed'" in error.message
+
+
+@pytest.mark.parametrize(
+    "autoload", [True, False], ids=["plugins autoloaded", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+)
+async def test_a_hanging_test_is_stopped_by_the_per_test_timeout(sample: SampleRepo, autoload: bool) -> None:
     (sample.path / "tests/test_hang.py").write_text(
         "import time\n\n\ndef test_hangs():\n    time.sleep(60)\n"
     )
     commit_all(sample.path, "hanging test")
 
     results = await _run(
-        sample, ["tests/test_hang.py::test_hangs"], TestSettings(per_test_timeout_s=1, reruns=0)
+        sample,
+        ["tests/test_hang.py::test_hangs"],
+        TestSettings(per_test_timeout_s=1, reruns=0),
+        env={} if autoload else {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
 
     assert results["tests/test_hang.py::test_hangs"].outcome == TestOutcome.FAILED

@@ -10,13 +10,12 @@ and says so before anything runs.
 from __future__ import annotations
 
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from bot.cli.select_tests import default_coverage_dir
+from bot.cli.checkout import UsageError, cache_dir, commit_of, coverage_dir, open_checkout
 from bot.core.config import (
     CONFIG_PATH,
     ConfigError,
@@ -36,26 +35,29 @@ from runner.git import GitError, git
 from runner.pipeline import Pipeline, PipelineDeps
 
 
-class CheckError(Exception):
-    """The check could not start (not a git repository, unknown revision, bad config)."""
-
-
-def _git(repo: Path, *args: str) -> str:
-    try:
-        return git(repo, *args)
-    except GitError as exc:
-        raise CheckError(f"git {args[0]} in {repo}: {exc.last_line}") from None
-
-
 def default_base(repo: Path) -> str:
     """The branch a PR from here would target: origin's HEAD, else main or master, else HEAD~1."""
     for candidate in ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/heads/master"):
         try:
-            _git(repo, "rev-parse", "--verify", "--quiet", candidate)
+            git(repo, "rev-parse", "--verify", "--quiet", candidate)
             return candidate.removeprefix("refs/heads/").removeprefix("refs/remotes/")
-        except CheckError:
+        except GitError:
             continue
     return "HEAD~1"
+
+
+def base_commit(repo: Path, base: str | None) -> tuple[str, str]:
+    """The name and commit of ``--base``, or of the default base; a UsageError naming what was tried."""
+    if base is not None:
+        return base, commit_of(repo, base, "--base")
+    default = default_base(repo)
+    try:
+        return default, commit_of(repo, default, "--base")
+    except UsageError:
+        raise UsageError(
+            "no base to compare with: no origin/HEAD, main or master branch, and HEAD has no parent; "
+            "name one with --base REF"
+        ) from None
 
 
 def config_commit(repo: Path, head_sha: str, base_sha: str | None) -> str:
@@ -68,8 +70,8 @@ def config_commit(repo: Path, head_sha: str, base_sha: str | None) -> str:
     if base_sha is None:
         return head_sha
     try:
-        return _git(repo, "merge-base", head_sha, base_sha)
-    except CheckError:
+        return git(repo, "merge-base", head_sha, base_sha) or base_sha
+    except GitError:
         return base_sha
 
 
@@ -78,7 +80,7 @@ def _config_text(repo: Path, sha: str) -> str | None:
     try:
         return gitdiff.read_file(repo, sha, CONFIG_PATH)
     except gitdiff.UnsafeFileError as exc:
-        raise CheckError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def load_local_config(
@@ -89,7 +91,7 @@ def load_local_config(
         try:
             given = config_file.read_text()
         except OSError as exc:
-            raise CheckError(f"{config_file}: {exc.strerror}") from None
+            raise UsageError(f"--config {config_file}: {exc.strerror}") from None
         return parse_repo_config(given, str(config_file)), f"config: {config_file} (--config)"
     sha = config_commit(repo, head_sha, base_sha)
     text = _config_text(repo, sha)
@@ -151,26 +153,22 @@ async def run_local_check(
     """Run the pipeline on ``head`` of a local checkout.
 
     A PULL_REQUEST run checks the change from ``base``; a BASELINE run records ``head``'s per-test
-    coverage map where later checks and `paritybot select-tests` find it (``.paritybot/coverage``).
+    coverage map where later checks and `paritybot select-tests` find it (:func:`coverage_dir`).
     """
-    repo = repo.resolve()
-    if not (repo / ".git").exists():
-        _git(repo, "rev-parse", "--git-dir")  # a worktree or a subdirectory: let git decide
-    head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}")
-    base_sha = None
-    if kind == RunKind.PULL_REQUEST:
-        base_sha = _git(repo, "rev-parse", "--verify", f"{base or default_base(repo)}^{{commit}}")
-    if _git(repo, "status", "--porcelain", "--untracked-files=no"):
+    repo = open_checkout(repo)
+    head_sha = commit_of(repo, head, "--head" if kind == RunKind.PULL_REQUEST else "--rev")
+    base_name, base_sha = base_commit(repo, base) if kind == RunKind.PULL_REQUEST else (None, None)
+    if git(repo, "status", "--porcelain", "--untracked-files=no"):
         print("note: uncommitted changes are not checked; commit them to include them", file=sys.stderr)
     try:
         config, config_source = load_local_config(repo, head_sha, config_file, base_sha)
     except ConfigError as exc:
-        raise CheckError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     print(config_source, file=sys.stderr)
     env = config.environment(environment) if environment else config.default_environment()
     if env is None:
         names = ", ".join(e.name for e in config.environments)
-        raise CheckError(f"unknown environment {environment!r}; the config defines: {names}")
+        raise UsageError(f"unknown environment {environment!r}; the config defines: {names}")
     if image is not None or gpus is not None:
         # An ad-hoc environment: the chosen one, in another image or with other GPUs.
         update: dict[str, object] = {"image": image} if image is not None else {}
@@ -179,7 +177,7 @@ async def run_local_check(
         try:
             env = Environment.model_validate(env.model_dump() | update)
         except ValidationError as exc:
-            raise CheckError("; ".join(format_config_errors(exc))) from None
+            raise UsageError("; ".join(format_config_errors(exc))) from None
     request = RunRequest(
         kind=kind,
         repo=repo.name,
@@ -189,19 +187,30 @@ async def run_local_check(
         pr_body=pr_body,
         trigger="paritybot check",
     )
-    root = work_dir or Path(tempfile.mkdtemp(prefix="paritybot-check-"))
+    # One cached clone per checkout: a run fetches only what it lacks, and its working tree is
+    # removed when it ends.
+    root = work_dir or cache_dir(repo)
     deps = PipelineDeps(
         runner_factory=runner_factory,
-        workspace_root=root / "workspaces",
-        cache_root=root / "cache",
-        coverage_dir=default_coverage_dir(repo),
+        workspace_root=root / "runs",
+        cache_root=root,
+        coverage_dir=coverage_dir(repo, root),
     )
-    return await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
+    report = await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
+    if report.nothing_to_check:
+        print(
+            f"nothing to check: {head} has no change from {base_name}; commit a change, "
+            "or compare with another --base REF",
+            file=sys.stderr,
+        )
+    return report
 
 
 def render_local(report: RunReport) -> tuple[str, int]:
-    """The PR comment's markdown, and the exit code: 0 pass, 1 the change fails a check, 2 broken."""
+    """The PR comment's markdown, and the exit code: 0 pass (or nothing to check), 1 the change fails
+    a check, 2 broken."""
     markdown = render_comment(report, stage=Stage.DONE)
     outcome = verdict(report)
-    code = {Verdict.PASS: 0, Verdict.FLAKY_ONLY: 0, Verdict.FAIL: 1}.get(outcome, 2)
+    passing = (Verdict.PASS, Verdict.FLAKY_ONLY, Verdict.NOTHING_TO_CHECK)
+    code = 0 if outcome in passing else 1 if outcome == Verdict.FAIL else 2
     return markdown, code

@@ -9,14 +9,12 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.cli.checkout import UsageError
 from bot.core.config import ConfigError, RepoConfig, parse_repo_config
 from bot.service.logs import configure_logging
-from bot.service.settings import SettingsError, load_settings
-from bot.service.store.protocol import StoreError
 
 if TYPE_CHECKING:
     from runner.backends.base import RunnerFactory
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except (SettingsError, ConfigError, StoreError) as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"paritybot: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -117,12 +115,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # The service's modules are imported here only: the local commands start faster without them.
     from bot.service.app import serve
+    from bot.service.settings import SettingsError, load_settings
+    from bot.service.store.protocol import StoreError
 
-    settings = load_settings(args.env_file)
-    settings.require_serving()
-    configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(serve(settings))
+    try:
+        settings = load_settings(args.env_file)
+        settings.require_serving()
+        configure_logging(settings.log_format, settings.log_level)
+        asyncio.run(serve(settings))
+    except (SettingsError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 
@@ -134,39 +138,32 @@ def _local_runners(mode: RunnerMode) -> RunnerFactory:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from bot.cli.local_check import CheckError, render_local, run_local_check
+    from bot.cli.local_check import render_local, run_local_check
 
     configure_logging("console", "warning")
     repo, base, head = args.repo, args.base, args.head
     if args.demo:
+        from bot.cli.checkout import cache_root
         from bot.cli.demo import make_demo_repo
 
-        demo = make_demo_repo(Path(tempfile.mkdtemp(prefix="paritybot-demo-")))
+        # Rebuilt on each run, with the same commit ids, where its repro commands keep working.
+        demo = make_demo_repo(cache_root() / "demo", fresh=True)
         repo, base, head = demo.path, demo.base_sha, demo.head_sha
         print(f"demo: a sample project at {demo.path}, checking its last commit", file=sys.stderr)
-    pr_body = ""
-    if args.pr_body is not None:
-        text = _read_text(args.pr_body)
-        if text is None:
-            return 2
-        pr_body = text
-    try:
-        report = asyncio.run(
-            run_local_check(
-                repo,
-                base=base,
-                head=head,
-                runner_factory=_local_runners(args.runner),
-                environment=args.environment,
-                config_file=args.config,
-                pr_body=pr_body,
-                image=args.image,
-                gpus=_gpus(args.gpus),
-            )
+    pr_body = "" if args.pr_body is None else _read_text(args.pr_body, "--pr-body")
+    report = asyncio.run(
+        run_local_check(
+            repo,
+            base=base,
+            head=head,
+            runner_factory=_local_runners(args.runner),
+            environment=args.environment,
+            config_file=args.config,
+            pr_body=pr_body,
+            image=args.image,
+            gpus=_gpus(args.gpus),
         )
-    except CheckError as exc:
-        print(f"paritybot: {exc}", file=sys.stderr)
-        return 2
+    )
     markdown, code = render_local(report)
     print(report.model_dump_json(indent=2) if args.json else markdown)
     if args.demo and code == 1:
@@ -177,35 +174,30 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _coverage_map(args: argparse.Namespace) -> int:
-    from bot.cli.local_check import CheckError, run_local_check
-    from bot.cli.select_tests import default_coverage_dir
+    from bot.cli.checkout import coverage_dir, open_checkout
+    from bot.cli.local_check import run_local_check
     from bot.core.models import RunKind, RunState
 
     configure_logging("console", "warning")
-    try:
-        report = asyncio.run(
-            run_local_check(
-                args.repo,
-                base=None,
-                head=args.rev,
-                runner_factory=_local_runners(args.runner),
-                environment=args.environment,
-                kind=RunKind.BASELINE,
-            )
+    report = asyncio.run(
+        run_local_check(
+            args.repo,
+            base=None,
+            head=args.rev,
+            runner_factory=_local_runners(args.runner),
+            environment=args.environment,
+            kind=RunKind.BASELINE,
         )
-    except CheckError as exc:
-        print(f"paritybot: {exc}", file=sys.stderr)
-        return 2
+    )
     if report.state != RunState.SUCCEEDED or report.error:
         print(
             f"paritybot: no coverage map for {args.rev}: {report.error or report.state.value}",
             file=sys.stderr,
         )
         return 1
-    where = default_coverage_dir(args.repo.resolve())
     health = report.coverage_map
     print(
-        f"coverage map of {report.head_sha[:12]} recorded in {where}"
+        f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}"
         + (f": {health.describe()}" if health else "")
     )
     if health is not None and health.holes:
@@ -217,13 +209,14 @@ def _coverage_map(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_text(path: Path) -> str | None:
-    """A file the user named; None (after one line saying why) when it cannot be read."""
+def _read_text(path: Path, option: str = "") -> str:
+    """A file the user named; a UsageError naming it (and the option) when it cannot be read."""
     try:
         return path.read_text()
     except OSError as exc:
-        print(f"paritybot: {path}: {exc.strerror}", file=sys.stderr)
-        return None
+        raise UsageError(f"{option} {path}: {exc.strerror}".lstrip()) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {path}: not a text file (not UTF-8)".lstrip()) from None
 
 
 def _gpus(value: str | None) -> str | int | list[str] | None:
@@ -239,8 +232,6 @@ def _config(args: argparse.Namespace) -> int:
         print(json.dumps(RepoConfig.model_json_schema(), indent=2))
         return 0
     text = _read_text(args.file)
-    if text is None:
-        return 2
     try:
         config = parse_repo_config(text, str(args.file))
     except ConfigError as exc:

@@ -6,10 +6,10 @@ It prints the selection `paritybot check` and the App run: the same function, th
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from bot.cli.checkout import UsageError, commit_of, coverage_dir, open_checkout
 from bot.core.config import CONFIG_PATH, ConfigError, parse_repo_config
 from bot.core.models import Selection
 from runner import gitdiff
@@ -19,22 +19,21 @@ from runner.selection.coverage_map import CoverageMapStore
 from runner.selection.pr import nothing_selected, select_tests
 
 
-def default_coverage_dir(repo: Path) -> Path:
-    """Where the CLI looks for coverage maps: ``$PARITYBOT_COVERAGE_DIR``, else the repo's scratch dir."""
-    configured = os.environ.get("PARITYBOT_COVERAGE_DIR")
-    return Path(configured) if configured else repo / ".paritybot" / "coverage"
-
-
 def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> int:
     """``paritybot select-tests``: print the selection and its reasons; 0 on success, 2 on bad input."""
-    root = Path(repo)
-    head = head or "HEAD"
+    try:
+        root = open_checkout(Path(repo))
+        head = commit_of(root, head or "HEAD", "--head")
+        base = commit_of(root, base, "--base")
+    except UsageError as exc:
+        print(f"paritybot: {exc}", file=sys.stderr)
+        return 2
     try:
         base_sha = gitdiff.merge_base(root, base, head)
         # The base's config, as the App reads it: a change must not choose its own selection rules.
         config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
         settings = parse_repo_config(config_text).tests
-        maps = CoverageMapStore(default_coverage_dir(root)) if settings.use_coverage_map else None
+        maps = CoverageMapStore(coverage_dir(root)) if settings.use_coverage_map else None
         selection = select_tests(root, base_sha, head, settings, maps)
     except (GitError, UnsafeFileError, ConfigError) as exc:
         print(f"paritybot select-tests: {exc}", file=sys.stderr)

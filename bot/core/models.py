@@ -194,12 +194,25 @@ class CollectionError(Model):
 
 
 class TestsResult(Model):
+    """The tests of one run. Every count is in pytest's test items: a selected class or function
+    counts as the tests it holds, each parametrized case once."""
+
     __test__ = False
     status: CheckStatus
     selection: Selection = Field(default_factory=Selection)
     results: list[TestCaseResult] = Field(default_factory=list)
     message: str = ""
     output: str = ""
+    selected: int | None = Field(None, description="test items pytest kept to run; None: pytest did not say")
+    deselected: int | None = Field(
+        None, description="test items of the suite left out: not affected, or by the project's -m/-k"
+    )
+    not_found: list[str] = Field(
+        default_factory=list, description="selected ids no test of the head matches: renamed or removed"
+    )
+    not_collected: list[CollectionError] = Field(
+        default_factory=list, description="test modules outside the selection that could not be collected"
+    )
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
@@ -388,6 +401,9 @@ class RunReport(Model):
     error: str | None = Field(None, description="why the run itself broke, if it did")
     refused: bool = Field(
         False, description="no runner was allowed to take the run (``error`` says why): a setting to fix"
+    )
+    nothing_to_check: str | None = Field(
+        None, description="why the change has nothing to check (its head has its base's files); no check ran"
     )
     probe: EnvFacts | None = None
     precommit: PrecommitResult | None = None

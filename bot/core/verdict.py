@@ -27,6 +27,7 @@ class Verdict(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     FLAKY_ONLY = "flaky-only"
+    NOTHING_TO_CHECK = "nothing-to-check"  # an empty change: neither a pass nor a failure
     ERROR = "error"  # the run itself broke (image missing, timeout): no verdict on the change
     CANCELLED = "cancelled"
 
@@ -35,9 +36,12 @@ FAILING = (TestOutcome.FAILED, TestOutcome.ERROR)
 
 
 def verdict(report: RunReport) -> Verdict:
-    """Cancelled beats everything (a stopped run says nothing), then any failure, then a broken run."""
+    """Cancelled beats everything (a stopped run says nothing), then an empty change, then any
+    failure, then a broken run."""
     if report.state == RunState.CANCELLED:
         return Verdict.CANCELLED
+    if report.nothing_to_check:
+        return Verdict.NOTHING_TO_CHECK
     checks = (report.precommit, report.docstrings, report.tests)
     if any(c is not None and fails_the_change(c) for c in checks):
         return Verdict.FAIL

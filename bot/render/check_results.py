@@ -48,6 +48,9 @@ from bot.render.phrases import (
     parity_table,
     selection_summary,
     sorted_findings,
+    test_counts,
+    tests_notes,
+    tests_ran,
 )
 
 
@@ -98,10 +101,17 @@ class _Outcome:
     title: str
 
 
+# Neutral, never success: nothing was checked. A required check that is neutral lets the pull
+# request merge, as an empty change should.
+_NOTHING_TO_CHECK = _Outcome("completed", "neutral", "Nothing to check")
+
+
 def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome | None:
     """The outcome shared by every check: stopped, still running, never ran, not configured."""
     if report.state == RunState.CANCELLED:
         return _Outcome("completed", "cancelled", "Cancelled: the run was stopped")
+    if report.nothing_to_check:
+        return _NOTHING_TO_CHECK
     if result is None:
         if report.state in (RunState.QUEUED, RunState.RUNNING) and not report.error:
             return _Outcome("in_progress", None, in_progress_title(kind.value))
@@ -155,6 +165,8 @@ def _run_header(report: RunReport) -> str:
 
 def _plain_output(report: RunReport, kind: CheckKind, outcome: _Outcome, result: Any) -> CheckRunOutput:
     summary = _run_header(report)
+    if report.nothing_to_check:
+        summary += "\n\n" + md.prose(capitalised(report.nothing_to_check)) + "."
     if report.error and result is None:
         summary += "\n\n" + md.fence(limits.truncate(report.error, limits.COMMENT_RUN_ERROR_CHARS), "text")
     message = getattr(result, "message", "")
@@ -236,7 +248,7 @@ def _docstrings_run(report: RunReport, d: DocstringResult) -> CheckRunOutput:
 def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) -> CheckRunOutput:
     failing = failing_tests(tests)
     flaky = flaky_tests(tests)
-    counts = _test_counts(tests)
+    counts = test_counts(tests) if tests_ran(tests) else "no test results"
     if outcome is None:
         if failing or tests.status == CheckStatus.FAILED:
             outcome = _Outcome("completed", "failure", counts)
@@ -247,7 +259,11 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
     else:
         # It broke or was stopped part-way: keep its conclusion, say what had finished.
         outcome = _Outcome(outcome.status, outcome.conclusion, f"{outcome.title} ({counts})")
-    summary = [_run_header(report), "**" + selection_summary(tests.selection).removeprefix("🎯 ") + "**"]
+    summary = [
+        _run_header(report),
+        "**" + selection_summary(tests.selection, tests).removeprefix("🎯 ") + "**",
+    ]
+    summary.extend(tests_notes(tests))
     if tests.message:
         summary.append(md.prose(tests.message))
     if failing:
@@ -281,17 +297,6 @@ def _name_list(results: list[TestCaseResult], *, headlines: bool = False) -> str
     return "\n".join(lines)
 
 
-def _test_counts(tests: TestsResult) -> str:
-    parts = [
-        (len(failing_tests(tests)), "failed"),
-        (tests.count(TestOutcome.FLAKY), "flaky"),
-        (tests.count(TestOutcome.PASSED), "passed"),
-        (tests.count(TestOutcome.SKIPPED), "skipped"),
-    ]
-    shown = [f"{n:,} {word}" for n, word in parts if n]
-    return ", ".join(shown) if shown else "no test results"
-
-
 def _failure_detail(r: TestCaseResult) -> str:
     word = {TestOutcome.FAILED: "failed", TestOutcome.ERROR: "error", TestOutcome.FLAKY: "flaky"}[r.outcome]
     lines = [f"### {md.code(r.nodeid)}", f"{word} · {counted(r.attempts, 'attempt')} · {r.duration_s:.1f} s"]
@@ -310,6 +315,8 @@ def _parity_outcome(report: RunReport) -> _Outcome | None:
     parity = report.parity
     if report.state == RunState.CANCELLED:
         return _Outcome("completed", "cancelled", "Cancelled: the run was stopped")
+    if report.nothing_to_check:
+        return _NOTHING_TO_CHECK
     if parity is None or not parity.rows:
         if parity is None and report.state in (RunState.QUEUED, RunState.RUNNING) and not report.error:
             return _Outcome("in_progress", None, in_progress_title("the environment probe"))

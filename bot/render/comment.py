@@ -27,7 +27,15 @@ from bot.core.verdict import Verdict, failing_tests
 from bot.render import markdown as md
 from bot.render.comment_sections import comment_parts
 from bot.render.fit import fit
-from bot.render.phrases import about_line, capitalised, counted, parity_differences
+from bot.render.phrases import (
+    about_line,
+    capitalised,
+    counted,
+    parity_differences,
+    test_counts,
+    tests_notes,
+    tests_ran,
+)
 
 STICKY_MARKER = "<!-- paritybot:sticky -->"
 
@@ -161,13 +169,17 @@ def _comment_head(
         notice = None
     if report is not None:
         # One paragraph, one line each: Markdown would otherwise run them together.
-        info = [about_line(report, check_run_url), _not_run_line(report)]
+        info = [about_line(report, check_run_url), _counts_line(report), _not_run_line(report)]
         if stage != Stage.DONE:
             info.insert(0, _results_caption(stage) + " " + verdict_line(report, stage))
         blocks.append("<br>\n".join(line for line in info if line))
     if notice:
         notice = limits.truncate(notice.strip(), limits.COMMENT_NOTICE_CHARS)
         blocks.append("\n".join("> " + line for line in notice.splitlines()))
+    if report is not None and report.tests is not None:
+        blocks.extend(tests_notes(report.tests))
+    if report is not None and report.nothing_to_check:
+        blocks.append(md.prose(capitalised(report.nothing_to_check)) + ".")
     if report is not None and report.error:
         blocks.append(_run_error_block(report))
     return "\n\n".join(blocks)
@@ -221,6 +233,8 @@ def _results_caption(stage: Stage) -> str:
 def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
     """Verdict and counts, most serious first: ``❌ 2 tests failed · ⚠️ 1 flaky · ✅ pre-commit``."""
     bits: list[str] = []
+    if report.nothing_to_check:
+        return "➖ nothing to check"
     if report.state == RunState.CANCELLED and stage != Stage.CANCELLED:  # the heading says it already
         bits.append("⏹️ cancelled")
     elif report.error:
@@ -272,6 +286,12 @@ def _check_bit(name: str, status: CheckStatus, findings: list[Finding]) -> list[
     if status == CheckStatus.CANCELLED:
         return [f"⏹️ {name} cancelled"]
     return []  # not configured or disabled: said once, on the "not run" line
+
+
+def _counts_line(report: RunReport) -> str:
+    """The tests' counts, in test items: the same four on every run that ran pytest."""
+    tests = report.tests
+    return f"<sub>Tests: {test_counts(tests)}</sub>" if tests is not None and tests_ran(tests) else ""
 
 
 def _not_run_line(report: RunReport) -> str:

@@ -66,7 +66,7 @@ def comment_parts(report: RunReport, where: str) -> list[Part]:
     if report.parity is not None and report.parity.rows:
         parts.append(text_part("environment parity", 30, _parity_section(report.parity)))
     if tests is not None and (tests.selection.tests or tests.selection.whole_suite or _said(tests)):
-        parts.append(_selection_part(tests.selection, where, tests.message))
+        parts.append(_selection_part(tests.selection, where, tests))
     return parts
 
 
@@ -274,13 +274,13 @@ def _selection_notes(selection: Selection, why_none: str) -> list[str]:
     return blocks
 
 
-def _selection_part(selection: Selection, where: str, why_none: str = "") -> Part:
+def _selection_part(selection: Selection, where: str, tests: TestsResult) -> Part:
     groups = _selection_groups(selection)
     cap = min(len(groups), limits.COMMENT_SELECTION_REASONS)
 
     def render(k: int | None) -> str:
         shown = groups[: cap if k is None else min(k, cap)]
-        blocks = _selection_notes(selection, why_none)
+        blocks = _selection_notes(selection, tests.message)
         if selection.whole_suite:
             why = "; ".join(md.prose(r) for r in selection.whole_suite_reasons) or "requested"
             blocks.append(f"The whole suite ran: {why}.")
@@ -303,7 +303,7 @@ def _selection_part(selection: Selection, where: str, why_none: str = "") -> Par
             )
         if not selection.whole_suite:
             blocks.append(f"Run everything with `{COMMAND} all`.")
-        return details(selection_summary(selection), "\n\n".join(blocks))
+        return details(selection_summary(selection, tests), "\n\n".join(blocks))
 
     return Part(label="test selection", priority=20, render=render, entries=cap, total=len(groups))
 

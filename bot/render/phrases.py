@@ -21,6 +21,8 @@ from bot.core.models import (
     RunReport,
     Selection,
     TestCaseResult,
+    TestOutcome,
+    TestsResult,
 )
 from bot.render import markdown as md
 
@@ -165,12 +167,56 @@ def parity_table(parity: ParityReport) -> str:
     return "\n".join(rows)
 
 
-def selection_summary(selection: Selection) -> str:
-    ran = len(selection.tests)
+def selection_summary(selection: Selection, tests: TestsResult | None = None) -> str:
+    """What was selected, in test items as pytest counted them once it ran; before that, in the
+    selection's own node ids (a class or a file is one id, and many tests)."""
+    counted_run = tests is not None and tests.selected is not None
     if selection.whole_suite:
-        size = f" ({selection.total_tests:,} tests)" if selection.total_tests else ""
-        return f"🎯 Tests: the whole suite{size}"
-    if selection.total_tests:
-        skipped = max(0, selection.total_tests - ran)
-        return f"🎯 Tests: {ran:,} of {selection.total_tests:,} selected ({skipped:,} skipped as unaffected)"
-    return f"🎯 Tests: {counted(ran, 'test')} selected"
+        size = tests.selected if tests is not None and counted_run else None
+        return "🎯 Tests: the whole suite" + (f" ({counted(size, 'test')})" if size is not None else "")
+    if tests is not None and tests.selected is not None:
+        left_out = f", {tests.deselected:,} deselected" if tests.deselected is not None else ""
+        return f"🎯 Tests: {tests.selected:,} selected{left_out}"
+    return f"🎯 Tests: {counted(len(selection.tests), 'test id')} selected"
+
+
+def test_counts(tests: TestsResult) -> str:
+    """A run's counts in pytest's test items, the same four every time (flaky when there are):
+    ``9 passed · 1 failed · 0 skipped · 8 deselected``. Errors count as failed."""
+    failed = sum(1 for r in tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR))
+    parts = [f"{tests.count(TestOutcome.PASSED):,} passed", f"{failed:,} failed"]
+    if tests.count(TestOutcome.FLAKY):
+        parts.append(f"{tests.count(TestOutcome.FLAKY):,} flaky")
+    parts.append(f"{tests.count(TestOutcome.SKIPPED):,} skipped")
+    if tests.deselected is not None:
+        parts.append(f"{tests.deselected:,} deselected")
+    return " · ".join(parts)
+
+
+def tests_ran(tests: TestsResult) -> bool:
+    """Whether pytest ran for these results: only then are there counts to show."""
+    return bool(tests.results) or tests.selected is not None
+
+
+def tests_notes(tests: TestsResult) -> list[str]:
+    """What the counts leave out: selected tests the head does not have, modules that did not collect."""
+    notes = []
+    if tests.not_found:
+        names = ", ".join(md.code(n) for n in tests.not_found[:5]) + (
+            " …" if len(tests.not_found) > 5 else ""
+        )
+        notes.append(
+            f"Not run, not in this commit (renamed or removed): {counted(len(tests.not_found), 'selected test')}: "
+            f"{names}"
+        )
+    if tests.not_collected:
+        shown = "; ".join(
+            f"{md.code(e.path)}" + (f" ({md.text(one_line(e.message, 120))})" if e.message else "")
+            for e in tests.not_collected[:3]
+        )
+        more = " …" if len(tests.not_collected) > 3 else ""
+        notes.append(
+            f"Not selected, and could not be collected: {counted(len(tests.not_collected), 'test module')}: "
+            f"{shown}{more}"
+        )
+    return notes

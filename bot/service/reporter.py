@@ -53,7 +53,14 @@ def _stage_of(job: Job) -> Stage:
     }.get(job.state, Stage.DONE)
 
 
-_SEVERITY = [Verdict.FAIL, Verdict.ERROR, Verdict.FLAKY_ONLY, Verdict.CANCELLED, Verdict.PASS]
+_SEVERITY = [
+    Verdict.FAIL,
+    Verdict.ERROR,
+    Verdict.FLAKY_ONLY,
+    Verdict.CANCELLED,
+    Verdict.PASS,
+    Verdict.NOTHING_TO_CHECK,
+]
 
 
 def _worst(verdicts: list[Verdict]) -> Verdict:

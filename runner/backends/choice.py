@@ -19,16 +19,19 @@ import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import docker
-import docker.errors
 import structlog
 
 from bot.core.config import Environment
 from runner.backends.base import Runner, RunnerFactory, RunnerRequest, RunRefused
-from runner.backends.docker import DockerRunner
 from runner.backends.host import HostRunner
+
+if TYPE_CHECKING:
+    import docker
+
+# The Docker SDK (and requests under it) is imported only when a container is wanted: a local
+# check on the host starts faster without it.
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +150,9 @@ def check_engine(
     env: Mapping[str, str] | None = None, timeout_s: float = CONNECT_TIMEOUT_S
 ) -> tuple[EngineCheck, docker.DockerClient | None]:
     """Ping the engine the environment variables point at (blocking); the client when it answered."""
+    import docker
+    import docker.errors
+
     variables = dict(os.environ if env is None else env)
     where = engine_location(variables)
     try:
@@ -187,6 +193,8 @@ async def choose_runner(
     log.info("runner chosen", run_id=request.run_id, kind=choice.kind, reason=choice.reason)
     if choice.kind == "host":
         return HostRunner(reason=choice.reason, env=request.environment.env, redact=secrets)
+    from runner.backends.docker import DockerRunner
+
     environment = request.environment.model_copy(update={"image": choice.image})
     return DockerRunner(
         environment, request.run_id, client, redact=list(secrets), reason=choice.reason, owns_client=True

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import platformdirs
 import structlog
 
 from bot.core.secrets import redact
@@ -53,7 +54,7 @@ def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str,
 
 def default_store_root() -> Path:
     """Where stores live on the host: the user's cache directory."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paritybot" / "stores"
+    return platformdirs.user_cache_path("paritybot") / "stores"
 
 
 class HostRunner:

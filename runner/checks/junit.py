@@ -3,7 +3,7 @@
 Node ids: JUnit's ``classname``/``name`` pair is derived from the node id lossily (the path's ``/``
 become ``.``, the ``.py`` is dropped, classes and module are joined with ``.``), so it cannot be
 mapped back in general: a directory may contain dots, a class and a module look alike. The test step
-therefore injects a tiny plugin (:data:`NODEID_PLUGIN`) that records each test's node id as a JUnit
+therefore injects a plugin (:mod:`runner.checks.pytest_plugin`) that records each test's node id as a JUnit
 property, which is exact for classes, nested directories and parametrize brackets alike. Only for
 entries without that property (collection errors, reports from other tools) do we fall back to the
 ``file`` attribute of ``junit_family=xunit1`` plus the class path, which is exact whenever the test is
@@ -29,15 +29,8 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.core.models import TestOutcome
 
+# Written by the plugin injected into every run (runner/checks/pytest_plugin.py).
 NODEID_PROPERTY = "paritybot.nodeid"
-NODEID_PLUGIN_MODULE = "paritybot_nodeid"
-NODEID_PLUGIN = f'''"""Injected by paritybot: records each test's exact node id in the JUnit report."""
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        item.user_properties.append(("{NODEID_PROPERTY}", item.nodeid))
-'''
 
 # A selection of GPU tests is thousands of cases; even a large suite run whole is well under this.
 MAX_CASES = 100_000

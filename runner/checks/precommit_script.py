@@ -28,12 +28,18 @@ from collections.abc import Callable
 INSTALLED_MARK = "paritybot-installed"
 
 
-def _write_config(text):
-    directory = tempfile.mkdtemp(prefix="paritybot-pre-commit-")
-    path = os.path.join(directory, ".pre-commit-config.yaml")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return directory, path
+def _with_config(phase):
+    """Call ``phase(directory, config_path, *args)`` with the config written to a fresh temporary
+    directory, removed afterwards: on the host runner it would outlive the run otherwise."""
+
+    def call(config_text, *args):
+        with tempfile.TemporaryDirectory(prefix="paritybot-pre-commit-") as directory:
+            path = os.path.join(directory, ".pre-commit-config.yaml")
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(config_text)
+            return phase(directory, path, *args)
+
+    return call
 
 
 def _read_list(path):
@@ -41,23 +47,27 @@ def _read_list(path):
         return [p for p in fh.read().decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def install(config_text):
+@_with_config
+def install(directory, path):
     """Only the config is here: no file of the pull request can take part in the install."""
-    directory, path = _write_config(config_text)
     # pre-commit works inside a git repository; this one holds nothing.
     subprocess.run(["git", "init", "-q", directory], check=True)
+    previous = os.getcwd()
     os.chdir(directory)
     from pre_commit.main import main
 
-    status = main(["install-hooks", "--config", path])
+    try:
+        status = main(["install-hooks", "--config", path])
+    finally:
+        os.chdir(previous)  # out of the directory before it is removed
     if status == 0:
         open(os.path.join(os.environ["PRE_COMMIT_HOME"], INSTALLED_MARK), "w").close()
     return status
 
 
-def classify(config_text, list_path, out_path):
+@_with_config
+def classify(_directory, path, list_path, out_path):
     """pre-commit's own choice of files per hook, made before any hook can run in this container."""
-    _, path = _write_config(config_text)
     import pre_commit.constants as C
     from pre_commit.clientlib import load_config
     from pre_commit.commands.run import Classifier
@@ -97,8 +107,8 @@ def classify(config_text, list_path, out_path):
     return 0
 
 
-def run(config_text, hook_id, list_path):
-    directory, path = _write_config(config_text)
+@_with_config
+def run(directory, path, hook_id, list_path):
     # Given files, pre-commit checks exactly those and never stashes (which would write into its
     # store, read-only here). A hook that runs with no file gets a path that does not exist: pre-commit
     # drops it, where an empty --files would mean "the staged files" and stash.

@@ -275,9 +275,11 @@ def _requirements_txt(text: str) -> list[str]:
 # --- Gathering the inputs from git (the one I/O edge of this module) -----------------------------
 
 
-def collect_rfc_inputs(
-    repo: Path, base: str, head: str
-) -> tuple[list[ChangedFile], list[ApiChange], list[str]]:
+# The changed files, the breaking public API changes and the new dependencies.
+RfcInputs = tuple[list[ChangedFile], list[ApiChange], list[str]]
+
+
+def collect_rfc_inputs(repo: Path, base: str, head: str) -> RfcInputs:
     """The changed files, breaking public API changes and new dependencies between the merge
     base of ``base`` and ``head`` in the checkout at ``repo``.
 

@@ -1,35 +1,46 @@
 """Run the selected tests with pytest, rerun failures to tell flaky from failed, attach repro commands.
 
-Each attempt is one step: ``python -m pytest`` with a JUnit report in the scratch directory, the
-node-id plugin of :mod:`runner.checks.junit` injected with ``-p`` (no conftest is touched), no cache
-provider (the workspace stays as checked out), ``--continue-on-collection-errors`` (one broken test
-file must not hide the results of all others; its error becomes an ERROR result) and a per-test
-timeout when pytest-timeout is importable *in the target environment*, which the step itself checks.
+Each attempt is one step: ``python -m pytest`` with a JUnit report in the scratch directory,
+paritybot's plugin (:mod:`runner.checks.pytest_plugin`) injected with ``-p`` (no conftest is
+touched), no cache provider (the workspace stays as checked out), ``--continue-on-collection-errors``
+(one broken test file must not hide the results of all others; its error becomes an ERROR result)
+and a per-test timeout when pytest-timeout is importable *in the target environment*, which the
+plugin finds out in pytest's own interpreter.
 
-Node ids the suite no longer has (a stale selection, a ``/retest-gpu failed`` after a rename) make
-pytest refuse to run anything; they become ERROR results and the rest runs.
+The first attempt collects the suite's test roots and the plugin keeps the selected tests, so every
+count is in pytest's items (a selected class or function counts as the tests it holds) and the
+rest of the suite is counted as deselected, as pytest itself counts it. Selected ids the suite no
+longer has (a test renamed or removed, a ``/retest-gpu failed`` after a rename) are listed as not
+found, never run and never failures. Reruns name the failing tests on the command line.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import structlog
+from pydantic import BaseModel, Field, ValidationError
 
 from bot.core.config import TestSettings
-from bot.core.models import TestCaseResult, TestOutcome
+from bot.core.models import CollectionError, TestCaseResult, TestOutcome
 from runner import gitdiff
 from runner.backends.base import SCRATCH_DIR, Runner, RunnerError, Step
-from runner.checks.junit import NODEID_PLUGIN, NODEID_PLUGIN_MODULE, JUnitCase, JUnitError, parse_junit
+from runner.checks.junit import JUnitCase, JUnitError, parse_junit
 from runner.checks.repro import ReproContext, repro_commands
 
 log = structlog.get_logger(__name__)
 
 JUNIT_PATH = f"{SCRATCH_DIR}/junit.xml"
-PLUGIN_PATH = f"{SCRATCH_DIR}/{NODEID_PLUGIN_MODULE}.py"
+PLUGIN_MODULE = "paritybot_pytest"
+PLUGIN_PATH = f"{SCRATCH_DIR}/{PLUGIN_MODULE}.py"
+SELECTION_PATH = f"{SCRATCH_DIR}/selection.txt"
+COUNTS_PATH = f"{SCRATCH_DIR}/counts.json"
+COUNTS_MAX_BYTES = 1_000_000
 # With runner.checks.junit.MAX_CASES, this keeps the bot under 400 MiB for one report (measured:
 # benchmarks/collect_memory.py); a real report of 64 MB is some 250,000 passing tests.
 JUNIT_MAX_BYTES = 64_000_000
@@ -37,18 +48,14 @@ NO_TESTS_EXIT = 5
 USAGE_ERROR_EXIT = 4
 MAX_USAGE_RETRIES = 3
 
-# $1 per-test timeout, $2 JUnit path, then pytest's arguments. The plugin directory is put in front
-# of PYTHONPATH (not instead of it: images set their own).
+# $1 the JUnit path, then pytest's arguments. The plugin directory is put in front of PYTHONPATH
+# (not instead of it: images set their own).
 _SCRIPT = f"""
-timeout=$1 junit=$2
-shift 2
+junit=$1
+shift
 py=python
 command -v python >/dev/null 2>&1 || py=python3
 rm -f "$junit"
-if "$py" -c 'import pytest_timeout' >/dev/null 2>&1; then
-  set -- "--timeout=$timeout" "$@"
-  if [ -n "$PYTEST_DISABLE_PLUGIN_AUTOLOAD" ]; then set -- -p pytest_timeout "$@"; fi
-fi
 PYTHONPATH="$PWD/{SCRATCH_DIR}${{PYTHONPATH:+:$PYTHONPATH}}" exec "$py" -m pytest "$@"
 """
 
@@ -68,7 +75,36 @@ class TestRunError(RunnerError):
 
 
 class NoTestsCollected(TestRunError):
-    """pytest exited with code 5: the selection or the suite holds no test."""
+    """pytest exited with code 5: the suite holds no test."""
+
+
+@cache
+def plugin_source() -> str:
+    """The plugin injected into every run (``runner/checks/pytest_plugin.py``), as shipped."""
+    return resources.files("runner.checks").joinpath("pytest_plugin.py").read_text(encoding="utf-8")
+
+
+class _Counts(BaseModel):
+    """What the plugin wrote once collection was done. The run's own code could rewrite it, as it
+    could the JUnit report: it feeds the counts shown, never the verdict."""
+
+    selected: int = Field(ge=0)
+    deselected: int = Field(ge=0)
+    not_found: list[str] = Field(default_factory=list, max_length=1000)
+    not_collected: list[CollectionError] = Field(default_factory=list, max_length=1000)
+
+
+@dataclass
+class TestRun:
+    """One test run's results, one per test item, and what the counts need besides."""
+
+    __test__ = False
+
+    results: list[TestCaseResult]
+    selected: int | None = None  # test items pytest kept from the selection (all, for the suite)
+    deselected: int | None = None  # test items of the suite left out: unaffected, or by -m/-k
+    not_found: list[str] = field(default_factory=list)  # selected ids the suite does not have
+    not_collected: list[CollectionError] = field(default_factory=list)  # unselected, not importable
 
 
 def tests_step(
@@ -78,13 +114,18 @@ def tests_step(
     timeout_s: float = 1800,
     network: bool = False,
     env: dict[str, str] | None = None,
+    *,
+    paths: list[str] | None = None,
+    selection: list[str] | None = None,
 ) -> Step:
-    """One pytest invocation; ``nodeids=None`` runs what the project's own configuration collects."""
+    """One pytest invocation of ``nodeids``, or of ``paths`` keeping the ``selection`` (counted);
+    neither: what the project's own configuration collects (counted)."""
+    counted = nodeids is None
     args = [
         *settings.pytest_args,
         # Ours come after the project's options so that they win where both set the same option.
         "-p",
-        NODEID_PLUGIN_MODULE,
+        PLUGIN_MODULE,
         "-p",
         "no:cacheprovider",
         f"--junitxml={junit_path}",
@@ -92,16 +133,22 @@ def tests_step(
         "junit_family=xunit1",
         "--continue-on-collection-errors",
         "--color=no",
-        *(nodeids or []),
+        f"--paritybot-timeout={settings.per_test_timeout_s}",
+        *(["--paritybot-counts", COUNTS_PATH] if counted else []),
+        *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
+        *(nodeids if nodeids is not None else paths or []),
     ]
+    inject = {PLUGIN_PATH: plugin_source()}
+    if selection is not None:
+        inject[SELECTION_PATH] = "".join(f"{nodeid}\n" for nodeid in selection)
     return Step(
         name="tests",
-        argv=["sh", "-c", _SCRIPT, "tests-step", str(settings.per_test_timeout_s), junit_path, *args],
+        argv=["sh", "-c", _SCRIPT, "tests-step", junit_path, *args],
         env=dict(env or {}),
         timeout_s=timeout_s,
         network=network,
-        inject={PLUGIN_PATH: NODEID_PLUGIN},
-        collect=[junit_path],
+        inject=inject,
+        collect=[junit_path, *([COUNTS_PATH] if counted else [])],
         collect_max_bytes=JUNIT_MAX_BYTES,
     )
 
@@ -109,7 +156,7 @@ def tests_step(
 @dataclass
 class _Attempt:
     cases: list[JUnitCase]
-    missing: list[str]  # requested ids the suite does not have
+    counts: _Counts | None = None  # the first attempt's
 
 
 async def run_tests(
@@ -122,31 +169,34 @@ async def run_tests(
     timeout_s: float = 1800,
     network: bool = False,
     env: dict[str, str] | None = None,
-) -> list[TestCaseResult]:
+) -> TestRun:
     """Run ``nodeids`` (``None``: the whole suite), rerun failures, return one result per test.
 
     Raises :class:`TestRunError` when pytest produced no results, :class:`NoTestsCollected` when
-    it collected nothing. A cancelled run returns the results it has so far.
+    the suite holds no test. A cancelled run returns the results it has so far.
     """
     if nodeids is not None and not nodeids:
-        return []
+        return TestRun([], selected=0)
+    paths = _whole_suite_paths(workspace, repro.head_sha, settings)
+    selection: list[str] | None = None
     refused: list[TestCaseResult] = []
-    if nodeids is None:
-        ids = _whole_suite_paths(workspace, repro.head_sha, settings)
-    else:
-        ids, refused = _existing(workspace, repro.head_sha, nodeids)
-    told = set(ids) | {r.nodeid for r in refused}
-    missing = [] if nodeids is None else [n for n in nodeids if n not in told]
-    if nodeids is not None and not ids:
-        return refused + _finish([], missing, repro)
+    not_found: list[str] = []
+    if nodeids is not None:
+        selection, refused = _existing(workspace, repro.head_sha, nodeids)
+        told = set(selection) | {r.nodeid for r in refused}
+        not_found = [n for n in nodeids if n not in told]  # no such file in the commit
+        if not selection:
+            return TestRun(refused, selected=0, not_found=not_found)
+        paths += _outside(paths, selection)
 
     def step_for(ids: list[str] | None, junit: str) -> Step:
-        return tests_step(ids, settings, junit, timeout_s, network, env)
+        # The first attempt collects the test roots and keeps the selection; reruns name their tests.
+        chosen = selection if ids is None else None
+        return tests_step(ids, settings, junit, timeout_s, network, env, paths=paths, selection=chosen)
 
-    first = await _run_attempt(runner, workspace, step_for, ids or None, JUNIT_PATH, first=True)
+    first = await _run_attempt(runner, workspace, step_for, None, JUNIT_PATH, selected=selection is not None)
     if first is None:
-        return []
-    missing.extend(first.missing)
+        return TestRun(refused, not_found=not_found)
     results = [_to_result(c) for c in first.cases]
     for attempt in range(1, settings.reruns + 1):
         failing = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
@@ -155,11 +205,18 @@ async def run_tests(
             break
         log.info("rerunning failed tests", attempt=attempt, count=len(retry))
         junit = f"{SCRATCH_DIR}/junit-rerun-{attempt}.xml"
-        rerun = await _run_attempt(runner, workspace, step_for, retry, junit, first=False)
+        rerun = await _run_attempt(runner, workspace, step_for, retry, junit, selected=True)
         if rerun is None:
             break
         _merge_rerun(results, rerun.cases, set(retry), attempt)
-    return refused + _finish(results, missing, repro)
+    counts = first.counts
+    return TestRun(
+        refused + _finish(results, repro),
+        selected=counts.selected if counts else None,
+        deselected=counts.deselected if counts else None,
+        not_found=_dedupe(not_found + (counts.not_found if counts else [])),
+        not_collected=counts.not_collected if counts else [],
+    )
 
 
 async def _run_attempt(
@@ -169,10 +226,12 @@ async def _run_attempt(
     ids: list[str] | None,
     junit: str,
     *,
-    first: bool,
+    selected: bool,
 ) -> _Attempt | None:
-    """One pytest run; retried when pytest refused node ids it cannot find. ``None``: cancelled."""
-    missing: list[str] = []
+    """One pytest run; retried when pytest refused node ids it cannot find. ``None``: cancelled.
+
+    ``selected``: the run is of chosen tests, so finding none of them is no error.
+    """
     for _ in range(MAX_USAGE_RETRIES + 1):
         result = await runner.run(step_for(ids, junit), workspace)
         if result.cancelled:
@@ -185,14 +244,14 @@ async def _run_attempt(
         if result.exit_code == USAGE_ERROR_EXIT and ids:
             gone, no_collectors = _unresolved(result.output, ids)
             if gone or no_collectors:
-                missing.extend(gone)
                 # An id whose file fails to import: run the file, so its collection error is reported.
                 ids = _dedupe([i.split("::")[0] if i in no_collectors else i for i in ids if i not in gone])
                 if not ids:
-                    return _Attempt([], missing)
+                    return _Attempt([])
                 continue
-        if result.exit_code == NO_TESTS_EXIT and first:
-            raise NoTestsCollected(_no_tests_message(ids), result.output)
+        counts = _read_counts(result.collected.get(COUNTS_PATH)) if ids is None else None
+        if result.exit_code == NO_TESTS_EXIT and not selected:
+            raise NoTestsCollected("pytest collected no tests in the suite (exit code 5)", result.output)
         text = result.collected.get(junit)
         if text is None:
             raise TestRunError(
@@ -200,10 +259,32 @@ async def _run_attempt(
                 result.output,
             )
         try:
-            return _Attempt(parse_junit(text), missing)
+            return _Attempt(parse_junit(text), counts)
         except JUnitError as exc:
             raise TestRunError(str(exc), result.output) from None
     raise TestRunError(f"pytest kept refusing the node ids:\n{_tail(result.output)}", result.output)
+
+
+def _read_counts(text: str | None) -> _Counts | None:
+    """The plugin's counts; none when pytest stopped before collection ended, or they are garbled."""
+    if text is None:
+        return None
+    try:
+        return _Counts.model_validate_json(text)
+    except ValidationError:
+        log.warning("the test run's counts are unreadable; not shown")
+        return None
+
+
+def _outside(roots: list[str], selection: list[str]) -> list[str]:
+    """The files of selected ids outside the test roots, which pytest must be given as well. With
+    no roots (the project's own testpaths decide) pytest is given nothing more."""
+    if not roots:
+        return []
+    files = _dedupe([n.split("::")[0] for n in selection])
+    return [
+        f for f in files if not any(f == r.rstrip("/") or f.startswith(r.rstrip("/") + "/") for r in roots)
+    ]
 
 
 def _unresolved(output: str, ids: list[str]) -> tuple[list[str], list[str]]:
@@ -239,7 +320,7 @@ def _existing(workspace: Path, rev: str, nodeids: list[str]) -> tuple[list[str],
         entry = entries.get(n.split("::")[0])
         reason = entry.refusal(None) if entry is not None else None
         if entry is None:
-            continue  # reported as not found
+            continue  # listed as not found
         if reason is None:
             found.append(n)
         else:
@@ -274,27 +355,13 @@ def _merge_rerun(
             results[i] = res.model_copy(update={"attempts": attempt + 1})
 
 
-def _finish(results: list[TestCaseResult], missing: list[str], repro: ReproContext) -> list[TestCaseResult]:
-    out = [
+def _finish(results: list[TestCaseResult], repro: ReproContext) -> list[TestCaseResult]:
+    return [
         r.model_copy(update={"repro": repro_commands(repro, r.nodeid)})
         if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR, TestOutcome.FLAKY)
         else r
         for r in results
     ]
-    out.extend(
-        TestCaseResult(
-            nodeid=n,
-            outcome=TestOutcome.ERROR,
-            message="not found: the suite has no such test at this commit",
-        )
-        for n in _dedupe(missing)
-    )
-    return out
-
-
-def _no_tests_message(ids: list[str] | None) -> str:
-    where = f"in {', '.join(ids[:5])}{' …' if len(ids) > 5 else ''}" if ids else "in the suite"
-    return f"pytest collected no tests {where} (exit code 5)"
 
 
 def _tail(text: str, lines: int = 15) -> str:

@@ -496,8 +496,8 @@ class CoverageMapStore:
         """The map of ``commit``, or ``None`` when there is none or it cannot be read (logged)."""
         path = self._path(commit)
         if path.is_symlink():
-            # The CLI keeps maps in the checkout (.paritybot/coverage), where a pull request could
-            # commit a link to any file of the machine: never follow one.
+            # PARITYBOT_COVERAGE_DIR may name a directory inside a checkout, where a pull request
+            # could commit a link to any file of the machine: never follow one.
             log.warning("coverage map is a symbolic link; ignoring it", path=str(path))
             return None
         if not path.is_file():

@@ -29,7 +29,8 @@ from gitrepo import GitRepo
 from markdown_check import Rendered, inspect, live_mentions
 from sample_repo import tool_env
 
-from bot.cli.local_check import CheckError, load_local_config, run_local_check
+from bot.cli.checkout import UsageError
+from bot.cli.local_check import load_local_config, run_local_check
 from bot.core.config import Environment, TestSettings
 from bot.core.kinds import Stage
 from bot.core.models import (
@@ -467,15 +468,39 @@ async def test_a_test_id_in_a_linked_file_is_refused_by_name(tmp_path: Path) -> 
     repo, _, head, _ = repo_with_links(tmp_path)
     leak, core = f"tests/test_leak.py::{MARK}", "tests/test_core.py::test_double"
     runner = HostRunner(reason="test", env=tool_env())
-    results = await run_tests(
+    run = await run_tests(
         runner, repo.path, [leak, core], TestSettings(), ReproContext(head_sha=head, repo="octo/calc")
     )
-    by_id = {r.nodeid: r for r in results}
+    by_id = {r.nodeid: r for r in run.results}
     assert by_id[core].outcome == TestOutcome.PASSED
     assert by_id[leak].outcome == TestOutcome.ERROR
     assert by_id[leak].message == (
         "not run: tests/test_leak.py is a symbolic link; only regular files of the commit are run"
     )
+
+
+@pytest.mark.parametrize("selected", [True, False], ids=["a selection", "the whole suite"])
+async def test_a_test_module_linked_to_the_host_is_never_imported(tmp_path: Path, selected: bool) -> None:
+    """pytest collects the test roots; a link among them must not make it import a file of the host."""
+    imported = tmp_path / "imported"
+    host_module = tmp_path / "host" / "test_of_the_host.py"
+    host_module.parent.mkdir()
+    host_module.write_text(f"open({str(imported)!r}, 'w').close()\n\n\ndef test_host():\n    pass\n")
+    repo = GitRepo(tmp_path / "repo")
+    repo.commit({"tests/test_core.py": "def test_core():\n    pass\n"})
+    (repo.path / "tests" / "test_linked.py").symlink_to(host_module)
+    repo.git("add", "tests/test_linked.py")
+    head = repo.commit({}, "a link to a test module of the host")
+    runner = HostRunner(reason="test", env=tool_env())
+    nodeids = ["tests/test_core.py::test_core"] if selected else None
+
+    run = await run_tests(
+        runner, repo.path, nodeids, TestSettings(reruns=0), ReproContext(head_sha=head, repo="octo/calc")
+    )
+
+    assert [r.nodeid for r in run.results] == ["tests/test_core.py::test_core"]
+    assert run.not_collected == []
+    assert not imported.exists()
 
 
 def test_a_linked_config_is_refused_by_name(tmp_path: Path) -> None:
@@ -486,6 +511,6 @@ def test_a_linked_config_is_refused_by_name(tmp_path: Path) -> None:
     (repo.path / ".github" / "paritybot.yml").symlink_to(secret)
     repo.git("add", ".github/paritybot.yml")
     head = repo.commit({}, "config is a link")
-    with pytest.raises(CheckError, match=r"\.github/paritybot\.yml at \w+: is a symbolic link") as info:
+    with pytest.raises(UsageError, match=r"\.github/paritybot\.yml at \w+: is a symbolic link") as info:
         load_local_config(repo.path, head, None)
     assert MARK not in str(info.value) and str(secret) not in str(info.value)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import payloads
 import pytest
 import structlog
 from botharness import REPO, SECRET, BotHarness
+from cli_run import run_cli
 from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from gitrepo import GitRepo
@@ -356,13 +356,6 @@ async def test_the_run_s_installation_token_printed_by_a_pr_is_hidden(
 
 # --- `paritybot check`: the base's config, no fallback with --runner docker ----------------------------
 
-CLI = [sys.executable, "-m", "bot.cli.main"]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PARITYBOT_")}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**base, **(env or {})})
-
 
 def checkout(tmp_path: Path, base_config: str, head_files: dict[str, str]) -> GitRepo:
     """A project on `main` with ``base_config``, and a `feature` branch adding ``head_files``."""
@@ -385,7 +378,15 @@ def test_check_with_runner_docker_and_the_engine_stopped_runs_nothing(tmp_path: 
     repo = checkout(tmp_path, config, {"conftest.py": CONFTEST.format(marker=str(marker))})
     dead = f"unix://{tmp_path}/stopped-engine.sock"
     done = run_cli(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "docker", env={"DOCKER_HOST": dead}
+        "check",
+        "--repo",
+        str(repo.path),
+        "--base",
+        "main",
+        "--runner",
+        "docker",
+        env={"DOCKER_HOST": dead},
+        home=tmp_path,
     )
     assert done.returncode == 2, done.stderr
     assert f"runner: none: no container engine reachable at {dead} (" in done.stderr
@@ -414,7 +415,9 @@ def test_check_uses_the_base_config_not_the_change_s_own(tmp_path: Path, test_im
     )
     repo = checkout(tmp_path, base_config, {".github/paritybot.yml": raised, "tests/test_escape.py": escape})
 
-    done = run_cli("check", "--repo", str(repo.path), "--base", "main", "--runner", "docker", "--json")
+    done = run_cli(
+        "check", "--repo", str(repo.path), "--base", "main", "--runner", "docker", "--json", home=tmp_path
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "the change's own edits to .github/paritybot.yml are not used" in done.stderr
     outcomes = {r["nodeid"]: r["outcome"] for r in json.loads(done.stdout)["tests"]["results"]}
@@ -435,6 +438,7 @@ def test_check_uses_the_base_config_not_the_change_s_own(tmp_path: Path, test_im
         "--json",
         "--config",
         str(own),
+        home=tmp_path,
     )
     assert f"config: {own} (--config)" in chosen.stderr
     outcomes = {r["nodeid"]: r["outcome"] for r in json.loads(chosen.stdout)["tests"]["results"]}

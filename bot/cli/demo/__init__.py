@@ -62,9 +62,14 @@ def commit_all(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def make_demo_repo(tmp_path: Path, name: str = "sample") -> DemoRepo:
-    """Create ``tmp_path/name``: base commit on ``main``, head commit on ``feature`` (checked out)."""
+def make_demo_repo(tmp_path: Path, name: str = "sample", *, fresh: bool = False) -> DemoRepo:
+    """Create ``tmp_path/name``: base commit on ``main``, head commit on ``feature`` (checked out).
+
+    ``fresh``: replace what an earlier call left there.
+    """
     path = tmp_path / name
+    if fresh:
+        shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(TREE, path, ignore=shutil.ignore_patterns("__pycache__", ".flaky_attempted"))
     git(path, "init", "-q", "-b", "main")
     base_sha = commit_all(path, "Base: calculator with tests")

@@ -1,0 +1,162 @@
+"""paritybot's pytest plugin, injected into every test run (``-p paritybot_pytest``).
+
+It uses the standard library and pytest (7 or later) only and stays valid on Python 3.8, since it
+runs in the project's own environment.
+
+- Each test's exact node id goes into the JUnit report as a property: JUnit's classname and name
+  cannot carry it (:mod:`runner.checks.junit`).
+- With ``--paritybot-selection FILE`` (node ids, one per line), pytest collects the suite and
+  keeps the tests those ids name: a file, a class, a function (with all its parameters) or one
+  parametrized case. The rest are *deselected*, through pytest's own hook, so every count — pytest's
+  summary line and paritybot's — is in test items, the unit pytest runs and reports.
+- A selected id that names nothing in the suite is listed, never run: the test was renamed or
+  removed. A module outside the selection that cannot even be collected (an optional dependency
+  missing) is no error of this run: it is left out and listed, so it is neither a failure nor
+  silence.
+- With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
+  JSON once collection is done.
+- With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
+  that runs longer. Whether it is there is found out here, in pytest's own interpreter, instead of
+  starting another one to ask.
+
+Symbolic links are never collected: a link committed in the pull request may point anywhere on the
+machine, and on the host runner pytest would import that file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+NODEID_PROPERTY = "paritybot.nodeid"
+MAX_LISTED = 200
+
+if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    # pytest does not load installed plugins then; pytest-timeout is loaded with this one.
+    try:
+        import pytest_timeout  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest_plugins = ["pytest_timeout"]
+
+
+class _State:
+    def __init__(self) -> None:
+        self.selection: set[str] | None = None  # None: no selection, every collected test runs
+        self.places: tuple[str, ...] = ()  # the files and directories the selected ids are in
+        self.matched: set[str] = set()
+        self.deselected = 0
+        self.not_collected: list[dict[str, str]] = []
+        self.root = ""  # where pytest was started: the selected ids are relative to it
+
+
+_STATE = _State()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("paritybot")
+    group.addoption("--paritybot-selection", default=None, help="run only the tests these node ids name")
+    group.addoption("--paritybot-counts", default=None, help="write the run's counts here (JSON)")
+    group.addoption("--paritybot-timeout", type=float, default=None, help="per-test timeout (pytest-timeout)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    timeout = config.getoption("paritybot_timeout")
+    plugins = config.pluginmanager
+    if timeout is not None and (plugins.hasplugin("timeout") or plugins.hasplugin("pytest_timeout")):
+        # Before pytest-timeout reads its option, and over the project's own setting, as
+        # `--timeout` on the command line would be.
+        config.option.timeout = timeout
+    path = config.getoption("paritybot_selection")
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            ids = [line.strip() for line in fh if line.strip()]
+        _STATE.selection = {i if "::" in i else i.rstrip("/") for i in ids}
+        _STATE.places = tuple(sorted({i.split("::")[0].rstrip("/") for i in ids}))
+        _STATE.root = str(config.invocation_params.dir)
+
+
+def _relative(path) -> str:
+    """A collected path as the selected ids name it: relative to where pytest was started. (Node ids
+    are relative to pytest's rootdir, which a project's config may put elsewhere.)"""
+    return os.path.relpath(str(path), _STATE.root).replace(os.sep, "/")
+
+
+def _in_selected_place(place: str) -> bool:
+    """Whether a collector at ``place`` holds, or is inside, a selected file or directory."""
+    for selected in _STATE.places:
+        if place in (".", selected) or selected.startswith(place + "/") or place.startswith(selected + "/"):
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    if os.path.islink(str(collection_path)):
+        return True
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if _STATE.selection is None or not report.failed or _in_selected_place(_relative(collector.path)):
+        return
+    lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
+    _STATE.not_collected.append({"path": report.nodeid, "message": (lines[-1] if lines else "")[:300]})
+    outcome.force_result(pytest.CollectReport(report.nodeid, "passed", None, []))
+
+
+def _names(nodeid: str):
+    """The ids that select ``nodeid``: itself, without its parameters, each parent, each directory."""
+    yield nodeid
+    base = nodeid.split("[", 1)[0]
+    yield base
+    parts = base.split("::")
+    for end in range(len(parts) - 1, 0, -1):
+        yield "::".join(parts[:end])
+    path = parts[0]
+    while "/" in path:
+        path = path.rsplit("/", 1)[0]
+        yield path
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        item.user_properties.append((NODEID_PROPERTY, item.nodeid))
+    if _STATE.selection is None:
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        rest = item.nodeid.split("::", 1)[1:]
+        hits = [n for n in _names("::".join([_relative(item.path), *rest])) if n in _STATE.selection]
+        _STATE.matched.update(hits)
+        (keep if hits else drop).append(item)
+    items[:] = keep
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+
+
+def pytest_deselected(items):
+    _STATE.deselected += len(items)
+
+
+def pytest_collection_finish(session):
+    path = session.config.getoption("paritybot_counts")
+    if not path:
+        return
+    not_found = sorted((_STATE.selection or set()) - _STATE.matched)
+    counts = {
+        "selected": len(session.items),
+        "deselected": _STATE.deselected,
+        "not_found": not_found[:MAX_LISTED],
+        "not_collected": _STATE.not_collected[:MAX_LISTED],
+    }
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(counts, fh)
