@@ -88,6 +88,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         pull, ctx.installation_id, scope=command.scope, trigger=f"{COMMAND} by @{commenter.login}"
     )
     request.comment_id = comment_id
+    request.perf = command.perf
     request.author_trusted = decision.author_trusted
     if command.scope == RunScope.FAILED:
         request.only_tests = await _failed_last_time(ctx, repo, number)

@@ -1,4 +1,4 @@
-"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → report.
+"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → benchmarks → report.
 
 The pipeline knows the order of the steps and what each needs; the checks themselves live in
 their own modules. Everything it touches from outside (the runner backend, the clock, cached
@@ -34,14 +34,26 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
+from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigger
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
+from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
+from runner.perf.stats import compare_all
+from runner.perf.step import (
+    SIDES_DIR,
+    PerfRunError,
+    export_sides,
+    parse_results,
+    perf_step,
+    plan_from_settings,
+    selected_benchmarks,
+)
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
     CoverageMapError,
@@ -95,6 +107,7 @@ class Pipeline:
         self.deps = deps
         self._runner: Runner | None = None
         self._cancelled = asyncio.Event()
+        self._perf: PerformanceResult | None = None  # set when this run compares benchmarks
 
     async def cancel(self) -> None:
         self._cancelled.set()
@@ -133,6 +146,9 @@ class Pipeline:
             if report.nothing_to_check:
                 report.state = RunState.SUCCEEDED
                 return report  # nothing runs: no runner is even started
+            if req.kind == RunKind.PULL_REQUEST:
+                # Before the first step: a container gets its copy of the workspace then.
+                await asyncio.to_thread(self._prepare_performance, workspace)
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -226,6 +242,9 @@ class Pipeline:
             if selection is not None
             else TestsResult(status=CheckStatus.DISABLED)
         )
+        if self._perf is not None:
+            report.performance = await self._performance(self._perf, report, ws)
+        self._check_cancelled()
         report.parity = build_parity(
             self._reference(),
             report.probe,
@@ -272,6 +291,68 @@ class Pipeline:
         else:
             report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
         self._check_cancelled()
+
+    # --- performance: base against head, interleaved (docs/performance.md) -------------------------
+
+    def _prepare_performance(self, ws: Workspace) -> None:
+        """Decide whether this run compares benchmarks; if so, lay the two sides out in the workspace."""
+        settings, req = self.config.performance, self.request
+        trigger = perf_trigger(settings, self.environment.name, req.labels, req.perf)
+        if trigger is None:
+            return
+        self._perf = PerformanceResult(
+            trigger=trigger[1],
+            threshold=settings.threshold,
+            confidence=settings.confidence,
+            blocking=settings.blocking,
+            selected=trigger[0] == "every-pr" and req.scope == RunScope.SELECTED,
+            rerun=f"paritybot perf --base {ws.base_sha or req.base_ref or 'BASE'} --head {ws.head_sha}"
+            + (" --affected" if trigger[0] == "every-pr" else ""),
+        )
+        if ws.base_sha is None:
+            self._perf.error = "no base commit to compare with"
+            return
+        try:
+            export_sides(ws.path, ws.base_sha, ws.head_sha)
+        except (PerfRunError, GitError, OSError) as exc:
+            self._perf.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+    async def _performance(
+        self, result: PerformanceResult, report: RunReport, ws: Workspace
+    ) -> PerformanceResult:
+        """The comparison's verdicts; a run that produced none says why, in ``error``."""
+        assert self._runner is not None
+        if result.error is not None:
+            return result
+        names = None
+        if result.selected:
+            selection = report.tests.selection if report.tests is not None else None
+            if selection is None:
+                selection = await asyncio.to_thread(self._select, ws)
+            names = selected_benchmarks(selection)
+            if names == []:
+                return result  # nothing the change can affect: an empty comparison, said so
+        settings = self.config.performance
+        plan = plan_from_settings(
+            settings, base_root=f"{SIDES_DIR}/base", head_root=f"{SIDES_DIR}/head", names=names
+        )
+        step = perf_step(plan, timeout_s=self.environment.step_timeout_minutes * 60)
+        try:
+            driver = parse_results(await self._runner.run(step, ws.path))
+        except PerfRunError as exc:
+            self._check_cancelled()
+            result.error = str(exc)
+            return result
+        self._check_cancelled()
+        limits = PerfThresholds(threshold=settings.threshold, confidence=settings.confidence)
+        result.comparisons = compare_all(driver, limits)
+        regressed = {c.name for c in result.comparisons if c.verdict is Verdict.REGRESSION}
+        result.charted = [b for b in driver.benchmarks if b.name in regressed][:3]
+        result.problems = [
+            *(f"{e.kind} on {e.side.value}: {e.message}" for e in driver.errors),
+            *driver.warnings,
+        ]
+        return result
 
     async def _probe(self, ws: Workspace) -> EnvFacts:
         assert self._runner is not None

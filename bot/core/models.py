@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bot.core.config import RepoConfig
+from bot.core.perf import PerformanceResult
 
 
 class Model(BaseModel):
@@ -362,6 +363,7 @@ class RunRequest(Model):
     environment: str | None = Field(None, description="environment name; None = decided by config")
     scope: RunScope = RunScope.SELECTED
     only_tests: list[str] = Field(default_factory=list, description="node ids for scope=failed")
+    perf: bool = Field(False, description="`/retest-gpu perf` asked for the benchmarks' comparison")
     pr_body: str = ""
     labels: list[str] = Field(default_factory=list)
     trigger: str = Field("", description="what caused the run, for the report")
@@ -411,6 +413,7 @@ class RunReport(Model):
     tests: TestsResult | None = None
     parity: ParityReport | None = None
     rfc: RfcReport | None = None
+    performance: PerformanceResult | None = None
     coverage_map: CoverageMapHealth | None = Field(
         None, description="a baseline run: the health of the coverage map it recorded"
     )

@@ -35,6 +35,7 @@ from bot.render.check_runs import (
     in_progress_title,
 )
 from bot.render.fit import fit_blocks
+from bot.render.performance import result_outcome, result_section
 from bot.render.phrases import (
     about_line,
     capitalised,
@@ -62,6 +63,20 @@ def render_check_runs(report: RunReport) -> list[CheckRunOutput]:
     completes every check as ``cancelled``, whatever finished before.
     """
     return [_check_run(report, kind) for kind in CHECK_KINDS]
+
+
+def render_performance_check(report: RunReport) -> CheckRunOutput | None:
+    """The ``paritybot / performance`` check run, completed, when the run compared benchmarks."""
+    result = report.performance
+    if result is None or report.state == RunState.CANCELLED:
+        return None
+    decided = result_outcome(result)
+    return _check_output(
+        report,
+        CheckKind.PERFORMANCE,
+        _Outcome("completed", decided.conclusion, decided.title),
+        _run_header(report) + "\n\n" + result_section(result),
+    )
 
 
 def _check_run(report: RunReport, kind: CheckKind) -> CheckRunOutput:

@@ -26,6 +26,7 @@ from bot.core.models import (
 from bot.core.verdict import failing_tests, flaky_tests
 from bot.render import markdown as md
 from bot.render.fit import Part, text_part
+from bot.render.performance import result_section
 from bot.render.phrases import (
     counted,
     details,
@@ -61,6 +62,8 @@ def comment_parts(report: RunReport, where: str) -> list[Part]:
         report.docstrings.findings or report.docstrings.status in (CheckStatus.FAILED, CheckStatus.ERROR)
     ):
         parts.append(_findings_part(report.docstrings, where))
+    if report.performance is not None:
+        parts.append(text_part("performance", 50, result_section(report.performance)))
     if report.rfc is not None and report.rfc.triggered:
         parts.append(text_part("RFC checklist", 40, _rfc_section(report.rfc)))
     if report.parity is not None and report.parity.rows:

@@ -13,7 +13,7 @@ import structlog
 from bot.core.config import RepoConfig
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_results import render_check_runs
+from bot.render.check_results import render_check_runs, render_performance_check
 from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocks
@@ -79,11 +79,21 @@ class RunExecutor:
                 "result",
                 reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
                 reporter.refresh_summary(job.repo, pr),
+                self._performance_check(reporter, job, report),
             )
             if job.request.comment_id is not None and report.state != RunState.CANCELLED:
                 good = report.state == RunState.SUCCEEDED and not _has_failures(report)
                 content = REACTION_PASSED if good else REACTION_FAILED
                 await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
+
+    async def _performance_check(self, reporter: GitHubReporter, job: Job, report: RunReport) -> None:
+        """The ``paritybot / performance`` check run exists only for a run that compared benchmarks:
+        it is created already completed, so nothing is left to finish if the run breaks later."""
+        output = render_performance_check(report)
+        if output is None:
+            return
+        ids = await reporter.create_check_runs(job.repo, job.head_sha, [output])
+        await asyncio.to_thread(self.store.set_check_runs, job.id, job.check_runs | ids)
 
     async def _refresh_waiting(self, started: Job) -> None:
         """Everyone behind a run that starts moved up one place: their summaries say so.
