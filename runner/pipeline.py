@@ -49,7 +49,7 @@ from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
-from runner.git import GitError, git
+from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
 from runner.perf.stats import compare_all
@@ -64,19 +64,16 @@ from runner.perf.step import (
 )
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
-    CoverageMap,
     CoverageMapError,
     CoverageMapStore,
     coverage_map_from_step,
     coverage_step,
 )
-from runner.selection.select import select_tests
+from runner.selection.pr import nothing_selected, select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
 
-# How far back from a PR's merge base to look for a coverage map (first-parent commits).
-MAP_SEARCH_DEPTH = 200
 OFFLINE_SETUP_HINT = (
     "Set-up commands run without network: install the dependencies in the image (then e.g. "
     "`pip install --no-build-isolation --no-deps -e .`), or let the base branch's config set "
@@ -408,36 +405,14 @@ class Pipeline:
                 tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
             )
         assert ws.base_sha is not None
-        cov = self._nearest_coverage_map(ws) if self.config.tests.use_coverage_map else None
-        return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, cov)
-
-    def _nearest_coverage_map(self, ws: Workspace) -> CoverageMap | None:
-        """The map of the merge base, or of its nearest first-parent ancestor that has one.
-
-        Maps are built per push to the default branch, so a PR's merge base is often a commit
-        between two of them; the selection then measures the change from the map's commit.
-        """
-        assert ws.base_sha is not None
-        store = CoverageMapStore(self._coverage_dir())
-        try:
-            history = git(
-                ws.path, "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha
-            )
-        except GitError:
-            history = ""
-        for sha in history.split() or [ws.base_sha]:
-            cmap = store.load(sha)
-            if cmap is not None:
-                return cmap
-        return None
+        maps = CoverageMapStore(self._coverage_dir()) if self.config.tests.use_coverage_map else None
+        return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, maps)
 
     async def _tests(self, report: RunReport, ws: Workspace, selection: Selection) -> TestsResult:
         assert self._runner is not None
         if not selection.whole_suite and not selection.tests:
             return TestsResult(
-                status=CheckStatus.PASSED,
-                selection=selection,
-                message="no test can be affected by this change",
+                status=CheckStatus.PASSED, selection=selection, message=nothing_selected(selection)
             )
         setup = await self._setup(report, ws)
         if setup is not None:
@@ -534,5 +509,10 @@ class Pipeline:
             cmap = coverage_map_from_step(result, ws.head_sha)
         except CoverageMapError as exc:
             report.error = f"coverage map not built: {exc}"
+            return
+        report.coverage_map = cmap.health
+        if cmap.health is not None and not cmap.health.usable:
+            # An empty map would pass for one that knows every test runs nothing: keep none.
+            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})"
             return
         CoverageMapStore(self._coverage_dir()).save(ws.head_sha, cmap)

@@ -209,7 +209,17 @@ def _coverage_map(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}")
+    health = report.coverage_map
+    print(
+        f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}"
+        + (f": {health.describe()}" if health else "")
+    )
+    if health is not None and health.holes:
+        print(
+            f"paritybot: the map is partial: it knows nothing of {', '.join(health.holes)}; selections "
+            "use the static signals for the tests there",
+            file=sys.stderr,
+        )
     return 0
 
 

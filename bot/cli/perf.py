@@ -35,7 +35,7 @@ from runner.perf.step import (
     why_selected,
 )
 from runner.selection.coverage_map import CoverageMapStore
-from runner.selection.select import select_tests
+from runner.selection.pr import select_tests
 
 
 async def compare_local(
@@ -76,7 +76,8 @@ async def perf_main(
     """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input.
 
     With ``affected``, only the pytest benchmarks the change can affect run, chosen by the same
-    selection as the tests (the base commit's coverage map when one is cached, else static signals),
+    selection as the tests (``runner.selection.pr.select_tests``: the nearest usable coverage map,
+    else static signals),
     and each compared benchmark is listed with the selection's reasons.
     """
     repo = open_checkout(repo)
@@ -116,5 +117,5 @@ async def perf_main(
 
 def _selection(repo: Path, base_sha: str, head_sha: str, config: RepoConfig) -> Selection:
     settings = config.tests
-    cmap = CoverageMapStore(coverage_dir(repo)).load(base_sha) if settings.use_coverage_map else None
-    return select_tests(repo, base_sha, head_sha, settings, cmap)
+    maps = CoverageMapStore(coverage_dir(repo)) if settings.use_coverage_map else None
+    return select_tests(repo, base_sha, head_sha, settings, maps)
