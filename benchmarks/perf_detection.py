@@ -4,6 +4,7 @@ two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
 
     python benchmarks/perf_detection.py [--trials 50] [--raw perf-trials.json]
     python benchmarks/perf_detection.py --analyse perf-trials.json     # tables again, no run
+    python benchmarks/perf_detection.py --analyse perf-trials.json --statistic hodges-lehmann
     python benchmarks/perf_detection.py --raw perf-trials.json --resume  # finish a stopped run
 
 A sample project has three pytest-benchmark tests of different sizes (a few microseconds, about
@@ -24,7 +25,9 @@ A detection is a slowed benchmark reported as a regression; a false alarm is an 
 reported as one (and, per change, a no-op change with any benchmark reported). A slowdown is
 nominal: a call's fixed cost dilutes it a little; the median of the A/B estimates over all changes
 says what it really was. The raw rounds of every run are saved (``--raw``), so other statistics can
-be tried on the same data (``--analyse``).
+be tried on the same data (``--analyse``, ``--statistic``): ``fastest`` is paritybot's
+(``runner/perf/stats.py``), ``hodges-lehmann`` the one it used before, ``sign`` the median of the
+paired log-ratios with the sign test's interval.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import shutil
@@ -49,7 +53,7 @@ import structlog
 
 from bot.core.perf import DriverReport, PerfThresholds, Verdict
 from runner.backends.host import HostRunner
-from runner.perf.stats import compare
+from runner.perf.stats import Interval, compare, ratio_interval
 from runner.perf.step import PerfPlan, parse_results, perf_step
 
 # Loop iterations per call: ~3 µs, ~0.5 ms, ~20 ms on this machine's CPython 3.11.
@@ -203,10 +207,54 @@ async def trials(
     return records
 
 
-def ab_regressed(report: dict[str, Any], limits: PerfThresholds) -> tuple[set[str], int]:
+def _tail_count(weights: list[int], confidence: float) -> int:
+    """The most c with weights[0] + ... + weights[c - 1] <= (1 - confidence) / 2 of their sum."""
+    allowed, below, c = (1 - confidence) / 2 * sum(weights), 0, 0
+    while c < len(weights) and below + weights[c] <= allowed:
+        below += weights[c]
+        c += 1
+    return c
+
+
+def hodges_lehmann(
+    base: list[float], head: list[float], confidence: float
+) -> tuple[float, float, float] | None:
+    """paritybot's previous method: the median of the Walsh averages of the paired log-ratios, with
+    the interval of the Wilcoxon signed-rank test (exact null law; the recorded runs have <= 200 rounds)."""
+    d = [math.log(h / b) for b, h in zip(base, head, strict=True)]
+    counts = [1]  # counts[s]: sign patterns of the ranks 1..n whose positive ranks sum to s
+    for rank in range(1, len(d) + 1):
+        grown = counts + [0] * rank
+        for total, ways in enumerate(counts):
+            grown[total + rank] += ways
+        counts = grown
+    k = _tail_count(counts, confidence)
+    if k == 0:
+        return None
+    walsh = sorted((a + b) / 2 for i, a in enumerate(d) for b in d[i:])
+    return math.exp(statistics.median(walsh)), math.exp(walsh[k - 1]), math.exp(walsh[-k])
+
+
+def sign_median(base: list[float], head: list[float], confidence: float) -> tuple[float, float, float] | None:
+    """The median of the paired log-ratios, with the sign test's (binomial order statistics) interval."""
+    d = sorted(math.log(h / b) for b, h in zip(base, head, strict=True))
+    c = _tail_count([math.comb(len(d), i) for i in range(len(d) + 1)], confidence)
+    if c == 0:
+        return None
+    return math.exp(statistics.median(d)), math.exp(d[c - 1]), math.exp(d[-c])
+
+
+STATISTICS: dict[str, Interval] = {
+    "fastest": ratio_interval,
+    "hodges-lehmann": hodges_lehmann,
+    "sign": sign_median,
+}
+
+
+def ab_regressed(report: dict[str, Any], limits: PerfThresholds, statistic: Interval) -> tuple[set[str], int]:
     """Names called regressions, and how many benchmarks ended in an error."""
     parsed = DriverReport.model_validate(report)
-    verdicts = [compare(b, limits) for b in parsed.benchmarks]
+    verdicts = [compare(b, limits, statistic) for b in parsed.benchmarks]
     return {c.name for c in verdicts if c.verdict is Verdict.REGRESSION}, sum(
         c.verdict is Verdict.ERROR for c in verdicts
     )
@@ -236,11 +284,11 @@ def rate(hits: int, total: int) -> str:
     return f"{hits}/{total} = {hits / total:.0%}" if total else "–"
 
 
-def analyse(records: list[dict[str, Any]]) -> None:
+def analyse(records: list[dict[str, Any]], statistic: Interval) -> None:
     methods: dict[str, Any] = {}
     for t in THRESHOLDS:
         methods[f"A/B, threshold {t:.1%}"] = lambda r, t=t: ab_regressed(
-            r["report"], PerfThresholds(threshold=t)
+            r["report"], PerfThresholds(threshold=t), statistic
         )[0]
     methods["A/B, paired bootstrap 2%"] = lambda r: bootstrap_regressed(r["report"], 0.02)
     methods[f"separate, {COMPARE_FAIL}"] = lambda r: set(r["separate_regressed"])
@@ -274,7 +322,9 @@ def analyse(records: list[dict[str, Any]]) -> None:
         row = []
         for level in LEVELS:
             chosen = [r for r in records if r["slow"][size] == level]
-            hits = sum(BENCH_NAME.format(size) in ab_regressed(r["report"], limits)[0] for r in chosen)
+            hits = sum(
+                BENCH_NAME.format(size) in ab_regressed(r["report"], limits, statistic)[0] for r in chosen
+            )
             sep = sum(BENCH_NAME.format(size) in r["separate_regressed"] for r in chosen)
             what = f"+{level:.0%}" if level else "unchanged (false alarms)"
             row.append(f"{what}: A/B {rate(hits, len(chosen))}, separate {rate(sep, len(chosen))}")
@@ -282,7 +332,7 @@ def analyse(records: list[dict[str, Any]]) -> None:
     verdicts: dict[str, dict[str, int]] = {size: {} for size in SIZES}
     for r in records:
         for b in DriverReport.model_validate(r["report"]).benchmarks:
-            v = compare(b, limits).verdict.value
+            v = compare(b, limits, statistic).verdict.value
             size = b.name.rsplit("_", 1)[-1]
             verdicts[size][v] = verdicts[size].get(v, 0) + 1
     print("Verdicts by size: " + "; ".join(f"{k}: {v}" for k, v in verdicts.items()))
@@ -293,12 +343,12 @@ def analyse(records: list[dict[str, Any]]) -> None:
         f"{statistics.quantiles(ab, n=10)[-1]:.1f} s; separate {statistics.median(sep):.1f} s, "
         f"{statistics.quantiles(sep, n=10)[-1]:.1f} s; total A/B {sum(ab):.0f} s, separate {sum(sep):.0f} s"
     )
-    errors = sum(ab_regressed(r["report"], limits)[1] for r in records)
+    errors = sum(ab_regressed(r["report"], limits, statistic)[1] for r in records)
     benches = [b for r in records for b in DriverReport.model_validate(r["report"]).benchmarks]
     for size in SIZES:
         mine = [b for b in benches if b.name == BENCH_NAME.format(size)]
         rounds = [len(b.rounds) for b in mine]
-        spans = [c.high / c.low - 1 for b in mine if (c := compare(b, limits)).low and c.high]
+        spans = [c.high / c.low - 1 for b in mine if (c := compare(b, limits, statistic)).low and c.high]
         print(
             f"- {size}: rounds median {statistics.median(rounds)} (range {min(rounds)}–{max(rounds)}), "
             f"pairs run again median {statistics.median(b.preempted for b in mine)}, "
@@ -314,7 +364,7 @@ def analyse(records: list[dict[str, Any]]) -> None:
                 for r in records
                 if r["slow"][size] == level
                 for b in DriverReport.model_validate(r["report"]).benchmarks
-                if b.name == BENCH_NAME.format(size) and (c := compare(b, limits)).ratio
+                if b.name == BENCH_NAME.format(size) and (c := compare(b, limits, statistic)).ratio
             ]
             cells.append(f"+{level:.0%} {statistics.median(ratios):.3f}" if ratios else f"+{level:.0%} –")
         print(f"- {size}: " + ", ".join(cells))
@@ -328,13 +378,20 @@ def main() -> None:
     parser.add_argument(
         "--resume", action="store_true", help="keep the changes already in --raw and run the rest"
     )
+    parser.add_argument(
+        "--statistic",
+        choices=STATISTICS,
+        default="fastest",
+        help="how rounds become a ratio (default: paritybot's)",
+    )
     parser.add_argument("--processes", type=int, help="A/B processes per side (default: paritybot's)")
     parser.add_argument("--max-time", type=float, help="A/B seconds per benchmark, both sides")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    statistic = STATISTICS[args.statistic]
     if args.analyse:
         data = json.loads(args.analyse.read_text())
-        analyse(data["trials"])
+        analyse(data["trials"], statistic)
         return
     overrides = {"processes": args.processes, "max_time_s": args.max_time}
     perf_plan = plan(**{k: v for k, v in overrides.items() if v is not None})
@@ -353,7 +410,7 @@ def main() -> None:
         done = saved["trials"]
     started = time.perf_counter()
     records = asyncio.run(trials(args.trials, perf_plan, args.raw, done))
-    analyse(records)
+    analyse(records, statistic)
     print(f"\n{len(records)} trials in {time.perf_counter() - started:.0f} s")
 
 

@@ -104,7 +104,7 @@ async def test_a_labelled_pr_gets_the_performance_section_and_check_run(
         assert [s["status"] for s in perf.states] == ["completed"]
         final = perf.states[-1]
         assert final["conclusion"] == "failure"  # blocking: true, and twenty times the work
-        assert final["output"]["title"] == "1 benchmark slower by more than 5%"
+        assert final["output"]["title"] == "1 benchmark slower by more than 3%"
         [summary] = [c.body for c in bot.bot_comments()]
         section = summary[summary.index("### Performance") :]
         rows = {

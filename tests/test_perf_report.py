@@ -74,7 +74,7 @@ def test_the_section_lists_regressions_first_with_ratio_interval_verdict_and_rou
         "within noise",
     ]
     regression = rows[0]
-    assert regression.endswith("| 1 ms | 1.3 ms | 1.299 (1.299–1.301) | ❌ regression | 12 |")
+    assert regression.endswith("| 1 ms | 1.3 ms | 1.300 (1.299–1.301) | ❌ regression | 12 |")
     assert "| 2 µs | 2 µs | 1.000 (" in rows[3]
     assert "whole 95% interval is above 1.05" in body
 

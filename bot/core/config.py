@@ -247,7 +247,7 @@ class PerformanceSettings(_Strict):
     environments: list[str] = Field(
         default_factory=list, description="environment names that compare; empty: every one that runs"
     )
-    threshold: float = Field(0.05, gt=0, lt=10, description="a regression is slower by more than this")
+    threshold: float = Field(0.03, gt=0, lt=10, description="a regression is slower by more than this")
     confidence: float = Field(0.95, gt=0.5, lt=1)
     blocking: bool = Field(False, description="a significant regression fails the check run")
     paths: list[str] = Field(default_factory=lambda: ["."], description="put first on PYTHONPATH, per side")

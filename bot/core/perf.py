@@ -101,7 +101,7 @@ class PerfThresholds(Model):
     """How sure and how large a change must be before it is called one."""
 
     threshold: float = Field(
-        0.05,
+        0.03,
         gt=0,
         lt=10,
         description="a regression is a ratio head/base whose whole interval is above 1 + threshold; "
@@ -109,7 +109,7 @@ class PerfThresholds(Model):
     )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="of the interval of the ratio")
     min_rounds: int = Field(
-        6, ge=6, description="fewer paired rounds than this give no verdict (6 is the fewest for 95%)"
+        6, ge=6, description="fewer paired rounds than this give no verdict, whatever the interval"
     )
 
 
@@ -124,7 +124,7 @@ class Comparison(Model):
     base_median: float | None = Field(None, description="seconds per call, median over rounds")
     head_median: float | None = None
     ratio: float | None = Field(
-        None, description="head/base: the Hodges–Lehmann estimate of the rounds' ratios"
+        None, description="head/base: the ratio of the medians of each side's fastest rounds"
     )
     low: float | None = Field(None, description="the interval's lower end, as a ratio")
     high: float | None = None
