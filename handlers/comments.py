@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Any
 
 import structlog
 from gidgethub import routing, sansio
@@ -28,6 +27,7 @@ from handlers.decisions.trust import (
     needs_lookup,
     pr_facts_from_payload,
 )
+from handlers.events import IssueCommentEvent, PullRequest, parse
 from handlers.queries import lookup_user_facts
 from handlers.runs import approvals_of, load_config, request_from_pr, start_runs
 
@@ -38,20 +38,17 @@ log = structlog.get_logger(__name__)
 @router.register("issue_comment", action="created")
 @router.register("issue_comment", action="edited")
 async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
-    data = event.data
-    issue, comment = data["issue"], data["comment"]
-    if "pull_request" not in issue or ctx.gh is None or ctx.reporter is None:
+    payload = parse(IssueCommentEvent, event.data)
+    issue, comment = payload.issue, payload.comment
+    if issue.pull_request is None or ctx.gh is None or ctx.reporter is None:
         return
-    body = comment.get("body") or ""
-    old_body = (
-        ((data.get("changes") or {}).get("body") or {}).get("from") if data["action"] == "edited" else None
-    )
-    if not is_new_command(old_body, body):
+    body = comment.body or ""
+    if not is_new_command(payload.body_before_edit, body):
         return
-    commenter = commenter_from_payload(comment, data.get("sender"))
+    commenter = commenter_from_payload(comment, payload.sender)
     if commenter.ignored or commenter.login == ctx.bot_login:
         return
-    repo, number, comment_id = data["repository"]["full_name"], int(issue["number"]), int(comment["id"])
+    repo, number, comment_id = payload.repository.full_name, issue.number, comment.id
     parsed = parse_comment(body)
     if parsed.errors:
         await ctx.reporter.react(repo, comment_id, "confused")
@@ -63,11 +60,11 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     if command.help:
         await ctx.reporter.reply(repo, number, usage_text())
         return
-    pull = await ctx.gh.getitem(f"/repos/{repo}/pulls/{number}")
-    if pull.get("state") != "open":
+    pull = PullRequest.model_validate(await ctx.gh.getitem(f"/repos/{repo}/pulls/{number}"))
+    if pull.state != "open":
         await ctx.reporter.reply(repo, number, "This pull request is closed, so nothing was run.")
         return
-    config = await load_config(ctx, repo, number, pull["base"]["ref"])
+    config = await load_config(ctx, repo, number, pull.base.ref)
     if config is None:
         return
     decision = await _decide(ctx, config, repo, number, pull, commenter)
@@ -76,8 +73,8 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     if not decision.run:
         await ctx.reporter.reply(repo, number, decision.reason)
         return
-    labels = [label["name"] for label in pull.get("labels") or []]
-    choice = choose_environments(config, pull["base"]["ref"], labels, command.envs)
+    labels = [label.name for label in pull.labels]
+    choice = choose_environments(config, pull.base.ref, labels, command.envs)
     if choice.errors:
         await ctx.reporter.react(repo, comment_id, "confused")
         await ctx.reporter.reply(repo, number, "\n".join(choice.errors))
@@ -88,6 +85,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
         pull, ctx.installation_id, scope=command.scope, trigger=f"{COMMAND} by @{commenter.login}"
     )
     request.comment_id = comment_id
+    request.perf = command.perf
     request.author_trusted = decision.author_trusted
     if command.scope == RunScope.FAILED:
         request.only_tests = await _failed_last_time(ctx, repo, number)
@@ -113,7 +111,7 @@ async def _decide(
     config: RepoConfig,
     repo: str,
     number: int,
-    pull: dict[str, Any],
+    pull: PullRequest,
     commenter: Commenter,
 ) -> TrustDecision:
     """May this comment run code? Asks GitHub only what the associations leave open."""

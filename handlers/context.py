@@ -53,8 +53,11 @@ class Reporter(Protocol):
         ...
 
     async def create_check_runs(
-        self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput]
-    ) -> dict[str, int]: ...
+        self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput], *, key: str
+    ) -> dict[str, int]:
+        """Check runs of no job, tagged ``{key}/{kind}``: handling the same event again finds them
+        rather than creating them twice."""
+        ...
 
 
 class RunScheduler(Protocol):

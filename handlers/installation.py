@@ -8,6 +8,7 @@ import structlog
 from gidgethub import routing, sansio
 
 from handlers.context import HandlerContext
+from handlers.events import InstallationEvent, parse
 
 router = routing.Router()
 log = structlog.get_logger(__name__)
@@ -16,8 +17,8 @@ log = structlog.get_logger(__name__)
 @router.register("installation")
 @router.register("installation_repositories")
 async def installation_changed(event: sansio.Event, ctx: HandlerContext) -> None:
-    installation = event.data["installation"]
-    account = (installation.get("account") or {}).get("login", "")
-    action = event.data.get("action", "")
-    await asyncio.to_thread(ctx.store.record_installation, int(installation["id"]), account, action)
-    log.info("installation recorded", installation_id=installation["id"], account=account, action=action)
+    payload = parse(InstallationEvent, event.data)
+    installation, action = payload.installation, payload.action or ""
+    account = (installation.account.login if installation.account is not None else None) or ""
+    await asyncio.to_thread(ctx.store.record_installation, installation.id, account, action)
+    log.info("installation recorded", installation_id=installation.id, account=account, action=action)

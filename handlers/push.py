@@ -10,6 +10,7 @@ from gidgethub import routing, sansio
 
 from bot.core.models import RunKind, RunRequest
 from handlers.context import HandlerContext
+from handlers.events import PushEvent, parse
 from handlers.runs import load_config
 
 router = routing.Router()
@@ -17,25 +18,25 @@ router = routing.Router()
 
 @router.register("push")
 async def default_branch_pushed(event: sansio.Event, ctx: HandlerContext) -> None:
-    data = event.data
-    repo = data["repository"]
-    default = repo.get("default_branch")
+    payload = parse(PushEvent, event.data)
+    repo, default = payload.repository, payload.repository.default_branch
     if (
         ctx.gh is None
-        or data.get("deleted")
-        or data.get("ref") != f"refs/heads/{default}"
-        or not data.get("after")
+        or payload.deleted
+        or default is None
+        or payload.ref != f"refs/heads/{default}"
+        or payload.after is None
     ):
         return
-    config = await load_config(ctx, repo["full_name"], None, data["after"])
+    config = await load_config(ctx, repo.full_name, None, payload.after)
     if config is None:
         return
     request = RunRequest(
         kind=RunKind.BASELINE,
         installation_id=ctx.installation_id,
-        repo=repo["full_name"],
-        clone_url=repo["clone_url"],
-        head_sha=data["after"],
+        repo=repo.full_name,
+        clone_url=repo.clone_url,
+        head_sha=payload.after,
         base_ref=default,
         trigger=f"push to {default}",
     )

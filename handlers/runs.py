@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 
@@ -26,32 +25,32 @@ from handlers.decisions.trust import (
     pr_facts_from_payload,
     untrusted_pr_note,
 )
+from handlers.events import PullRequest
 from handlers.queries import fetch_repo_config, lookup_user_facts
 
 log = structlog.get_logger(__name__)
 
 
 def request_from_pr(
-    pull: dict[str, Any],
+    pull: PullRequest,
     installation_id: int | None,
     *,
     scope: RunScope = RunScope.SELECTED,
     trigger: str = "",
 ) -> RunRequest:
-    """The run request for a PR payload (from a webhook or from GET /pulls/N)."""
-    base_repo = pull["base"]["repo"]
+    """The run request for a PR (from a webhook or from GET /pulls/N)."""
     return RunRequest(
         installation_id=installation_id,
-        repo=base_repo["full_name"],
-        clone_url=base_repo["clone_url"],
-        pr_number=int(pull["number"]),
-        head_sha=pull["head"]["sha"],
-        head_ref=pull["head"]["ref"],
-        base_ref=pull["base"]["ref"],
-        base_sha=pull["base"]["sha"],
+        repo=pull.base.repo.full_name,
+        clone_url=pull.base.repo.clone_url,
+        pr_number=pull.number,
+        head_sha=pull.head.sha,
+        head_ref=pull.head.ref,
+        base_ref=pull.base.ref,
+        base_sha=pull.base.sha,
         scope=scope,
-        pr_body=pull.get("body") or "",
-        labels=[label["name"] for label in pull.get("labels") or []],
+        pr_body=pull.body or "",
+        labels=[label.name for label in pull.labels],
         trigger=trigger,
     )
 
@@ -89,10 +88,10 @@ async def start_runs(
 
 
 async def run_pr_head(
-    ctx: HandlerContext, pull: dict[str, Any], request: RunRequest, *, trigger_key: str
+    ctx: HandlerContext, pull: PullRequest, request: RunRequest, *, trigger_key: str
 ) -> None:
     """Run the PR's head in the environments the base branch's config picks, once it may run."""
-    config = await load_config(ctx, request.repo, request.pr_number, pull["base"]["ref"])
+    config = await load_config(ctx, request.repo, request.pr_number, pull.base.ref)
     if config is None:
         return
     environments = choose_environments(config, request.base_ref, request.labels).environments
@@ -132,5 +131,7 @@ async def runnable_request(
         # The checks tab says it too: "action required", not a silent absence of checks.
         for env in environments:
             outputs = render_awaiting_approval_output(env.name, reason=note)
-            await ctx.reporter.create_check_runs(request.repo, request.head_sha, outputs)
+            await ctx.reporter.create_check_runs(
+                request.repo, request.head_sha, outputs, key=f"awaiting-approval/{env.name}"
+            )
     return None

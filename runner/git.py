@@ -10,8 +10,10 @@ the user sees the real reason. :func:`git` blocks (callers in async code use a t
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -92,3 +94,12 @@ async def git_async(
     if proc.returncode != 0:
         raise GitError(list(args), proc.returncode or 1, decode(err))
     return decode(out).strip()
+
+
+def export_commit(repo: Path, sha: str, target: Path) -> None:
+    """The tree of ``sha`` from git's objects into ``target``, a new directory (links kept as
+    links, nothing written outside it: tarfile's ``data`` filter)."""
+    data = git_bytes(repo, "archive", "--format=tar", sha)
+    target.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(target, filter="data")

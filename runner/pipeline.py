@@ -1,4 +1,4 @@
-"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → report.
+"""One run, start to finish: workspace → probe → pre-commit → docstrings → select → test → benchmarks → report.
 
 The pipeline knows the order of the steps and what each needs; the checks themselves live in
 their own modules. Everything it touches from outside (the runner backend, the clock, cached
@@ -8,7 +8,7 @@ coverage maps, cancellation) is passed in, so the same code serves `serve`, `che
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,30 +34,46 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest, RunRefused, Step
+from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigger
+from runner.backends.base import (
+    ProcessLedger,
+    Runner,
+    RunnerError,
+    RunnerFactory,
+    RunnerRequest,
+    RunRefused,
+    Step,
+)
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
-from runner.git import GitError, git
+from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
+from runner.perf.stats import compare_all
+from runner.perf.step import (
+    SIDES_DIR,
+    PerfRunError,
+    export_sides,
+    parse_results,
+    perf_step,
+    plan_from_settings,
+    selected_benchmarks,
+)
 from runner.probe.probe import parse_probe, probe_step
 from runner.selection.coverage_map import (
-    CoverageMap,
     CoverageMapError,
     CoverageMapStore,
     coverage_map_from_step,
     coverage_step,
 )
-from runner.selection.select import select_tests
+from runner.selection.pr import nothing_selected, select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
 
-# How far back from a PR's merge base to look for a coverage map (first-parent commits).
-MAP_SEARCH_DEPTH = 200
 OFFLINE_SETUP_HINT = (
     "Set-up commands run without network: install the dependencies in the image (then e.g. "
     "`pip install --no-build-isolation --no-deps -e .`), or let the base branch's config set "
@@ -75,6 +91,14 @@ class PipelineDeps:
     keep_workspace: bool = False
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     coverage_dir: Path | None = None  # where coverage maps live; default: under cache_root
+    attempt: int = 1
+    """Which try of the run this is: each gets a workspace of its own, so a retry never works in
+    (or deletes) the directory a dead attempt's leftover processes may still use."""
+    progress: Callable[[RunReport], Awaitable[None]] | None = None
+    """Told the report so far each time a check's result is known (pre-commit, docstrings), so its
+    check run can complete before the tests end. It gets a copy; its failure never stops the run."""
+    processes: ProcessLedger | None = None
+    """Where the host runner records the process group of each step."""
 
 
 class Cancelled(Exception):
@@ -99,6 +123,7 @@ class Pipeline:
         self.deps = deps
         self._runner: Runner | None = None
         self._cancelled = asyncio.Event()
+        self._perf: PerformanceResult | None = None  # set when this run compares benchmarks
 
     async def cancel(self) -> None:
         self._cancelled.set()
@@ -128,6 +153,7 @@ class Pipeline:
                 base_ref=req.base_ref,
                 base_sha=None if req.base_ref else req.base_sha,
                 run_id=self.run_id,
+                attempt=self.deps.attempt,
                 workspace_root=self.deps.workspace_root,
                 cache_root=self.deps.cache_root,
                 token=self.deps.token,
@@ -137,6 +163,9 @@ class Pipeline:
             if report.nothing_to_check:
                 report.state = RunState.SUCCEEDED
                 return report  # nothing runs: no runner is even started
+            if req.kind == RunKind.PULL_REQUEST:
+                # Before the first step: a container gets its copy of the workspace then.
+                await asyncio.to_thread(self._prepare_performance, workspace)
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -144,6 +173,7 @@ class Pipeline:
                     self.run_id,
                     trusted_code=req.code_trusted,
                     redact=(self.deps.token,) if self.deps.token else (),
+                    processes=self.deps.processes,
                 )
             )
             await self._runner.prepare()
@@ -219,6 +249,7 @@ class Pipeline:
             analysis.cancel()  # when a step was cancelled or failed; a no-op once it is done
         cfg = self.config
         report.docstrings = docstrings
+        await self._progress(report)  # pre-commit and the docstrings are known: their runs complete
         if rfc_inputs is not None:
             changed, api_changes, new_deps = rfc_inputs
             report.rfc = evaluate_rfc(
@@ -230,6 +261,9 @@ class Pipeline:
             if selection is not None
             else TestsResult(status=CheckStatus.DISABLED)
         )
+        if self._perf is not None:
+            report.performance = await self._performance(self._perf, report, ws)
+        self._check_cancelled()
         report.parity = build_parity(
             self._reference(),
             report.probe,
@@ -269,6 +303,7 @@ class Pipeline:
             )
             if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
                 report.networked_steps.append("pre-commit hooks")
+            await self._progress(report)
         elif cfg.checks.precommit:
             report.precommit = PrecommitResult(
                 status=CheckStatus.ERROR, message="no base commit to diff against"
@@ -276,6 +311,76 @@ class Pipeline:
         else:
             report.precommit = PrecommitResult(status=CheckStatus.DISABLED)
         self._check_cancelled()
+
+    async def _progress(self, report: RunReport) -> None:
+        if self.deps.progress is None:
+            return
+        try:
+            await self.deps.progress(report.model_copy(deep=True))
+        except Exception:
+            log.exception("reporting progress failed; the run goes on")
+
+    # --- performance: base against head, interleaved (docs/performance.md) -------------------------
+
+    def _prepare_performance(self, ws: Workspace) -> None:
+        """Decide whether this run compares benchmarks; if so, lay the two sides out in the workspace."""
+        settings, req = self.config.performance, self.request
+        trigger = perf_trigger(settings, self.environment.name, req.labels, req.perf)
+        if trigger is None:
+            return
+        self._perf = PerformanceResult(
+            trigger=trigger[1],
+            threshold=settings.threshold,
+            confidence=settings.confidence,
+            blocking=settings.blocking,
+            selected=trigger[0] == "every-pr" and req.scope == RunScope.SELECTED,
+            rerun=f"paritybot perf --base {ws.base_sha or req.base_ref or 'BASE'} --head {ws.head_sha}"
+            + (" --affected" if trigger[0] == "every-pr" else ""),
+        )
+        if ws.base_sha is None:
+            self._perf.error = "no base commit to compare with"
+            return
+        try:
+            export_sides(ws.path, ws.base_sha, ws.head_sha)
+        except (PerfRunError, GitError, OSError) as exc:
+            self._perf.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+    async def _performance(
+        self, result: PerformanceResult, report: RunReport, ws: Workspace
+    ) -> PerformanceResult:
+        """The comparison's verdicts; a run that produced none says why, in ``error``."""
+        assert self._runner is not None
+        if result.error is not None:
+            return result
+        names = None
+        if result.selected:
+            selection = report.tests.selection if report.tests is not None else None
+            if selection is None:
+                selection = await asyncio.to_thread(self._select, ws)
+            names = selected_benchmarks(selection)
+            if names == []:
+                return result  # nothing the change can affect: an empty comparison, said so
+        settings = self.config.performance
+        plan = plan_from_settings(
+            settings, base_root=f"{SIDES_DIR}/base", head_root=f"{SIDES_DIR}/head", names=names
+        )
+        step = perf_step(plan, timeout_s=self.environment.step_timeout_minutes * 60)
+        try:
+            driver = parse_results(await self._runner.run(step, ws.path))
+        except PerfRunError as exc:
+            self._check_cancelled()
+            result.error = str(exc)
+            return result
+        self._check_cancelled()
+        limits = PerfThresholds(threshold=settings.threshold, confidence=settings.confidence)
+        result.comparisons = compare_all(driver, limits)
+        regressed = {c.name for c in result.comparisons if c.verdict is Verdict.REGRESSION}
+        result.charted = [b for b in driver.benchmarks if b.name in regressed][:3]
+        result.problems = [
+            *(f"{e.kind} on {e.side.value}: {e.message}" for e in driver.errors),
+            *driver.warnings,
+        ]
+        return result
 
     async def _probe(self, ws: Workspace) -> EnvFacts:
         assert self._runner is not None
@@ -300,36 +405,14 @@ class Pipeline:
                 tests=[SelectedTest(nodeid=n, reasons=["failed in the previous run"]) for n in req.only_tests]
             )
         assert ws.base_sha is not None
-        cov = self._nearest_coverage_map(ws) if self.config.tests.use_coverage_map else None
-        return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, cov)
-
-    def _nearest_coverage_map(self, ws: Workspace) -> CoverageMap | None:
-        """The map of the merge base, or of its nearest first-parent ancestor that has one.
-
-        Maps are built per push to the default branch, so a PR's merge base is often a commit
-        between two of them; the selection then measures the change from the map's commit.
-        """
-        assert ws.base_sha is not None
-        store = CoverageMapStore(self._coverage_dir())
-        try:
-            history = git(
-                ws.path, "rev-list", "--first-parent", f"--max-count={MAP_SEARCH_DEPTH}", ws.base_sha
-            )
-        except GitError:
-            history = ""
-        for sha in history.split() or [ws.base_sha]:
-            cmap = store.load(sha)
-            if cmap is not None:
-                return cmap
-        return None
+        maps = CoverageMapStore(self._coverage_dir()) if self.config.tests.use_coverage_map else None
+        return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, maps)
 
     async def _tests(self, report: RunReport, ws: Workspace, selection: Selection) -> TestsResult:
         assert self._runner is not None
         if not selection.whole_suite and not selection.tests:
             return TestsResult(
-                status=CheckStatus.PASSED,
-                selection=selection,
-                message="no test can be affected by this change",
+                status=CheckStatus.PASSED, selection=selection, message=nothing_selected(selection)
             )
         setup = await self._setup(report, ws)
         if setup is not None:
@@ -426,5 +509,10 @@ class Pipeline:
             cmap = coverage_map_from_step(result, ws.head_sha)
         except CoverageMapError as exc:
             report.error = f"coverage map not built: {exc}"
+            return
+        report.coverage_map = cmap.health
+        if cmap.health is not None and not cmap.health.usable:
+            # An empty map would pass for one that knows every test runs nothing: keep none.
+            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})"
             return
         CoverageMapStore(self._coverage_dir()).save(ws.head_sha, cmap)

@@ -61,6 +61,7 @@ async def prepare_workspace(
     head_sha: str,
     base_ref: str | None,
     run_id: str,
+    attempt: int = 1,
     base_sha: str | None = None,
     workspace_root: Path,
     cache_root: Path,
@@ -83,7 +84,9 @@ async def prepare_workspace(
     await _git("fetch", "--quiet", "--no-tags", clone_url, *refspecs, cwd=cache, env=env)
     # Keep the head reachable from a ref so `git clone` copies it.
     await _git("update-ref", f"refs/paritybot/{run_id}", head_sha, cwd=cache)
-    path = workspace_root / run_id
+    # One directory per attempt: a dead attempt's leftover processes never see a retry's files,
+    # and the retry never deletes a directory they still use (it is removed at the next start).
+    path = workspace_root / workspace_name(run_id, attempt)
     if path.exists():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,5 +103,27 @@ async def prepare_workspace(
     return Workspace(path=path, head_sha=head_sha, base_sha=merge_base)
 
 
+def workspace_name(run_id: str, attempt: int) -> str:
+    return f"{_SAFE.sub('_', run_id)}.{attempt}"
+
+
+_WORKSPACE_NAME = re.compile(r"[A-Za-z0-9_-]+\.\d+")
+
+
 def remove_workspace(workspace: Workspace) -> None:
     shutil.rmtree(workspace.path, ignore_errors=True)
+
+
+def remove_stale_workspaces(workspace_root: Path) -> int:
+    """Remove the workspaces dead runs left behind (call it before any run starts). Only
+    directories named as runs name them are touched, whatever else the folder holds."""
+    if not workspace_root.is_dir():
+        return 0
+    stale = [
+        p
+        for p in workspace_root.iterdir()
+        if _WORKSPACE_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    ]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(stale)

@@ -151,6 +151,7 @@ class BotHarness:
         self.service.workers._poll = self.service.workers._cancel_poll = 0.1
         self.service.dispatcher._poll = 0.1
         self.service.dispatcher.retry_base_delay_s = 0.2
+        self.service.supervisor.first_delay_s, self.service.supervisor.max_delay_s = 0.1, 0.5
         await start_service(self.service)
         self.server = TestServer(self.service.web_app)
         await self.server.start_server()
@@ -169,6 +170,12 @@ class BotHarness:
     def url(self) -> str:
         assert self.server is not None
         return str(self.server.make_url("/webhook"))
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """``GET /healthz``: its status and JSON answer."""
+        assert self.server is not None and self.session is not None
+        async with self.session.get(self.server.make_url("/healthz")) as resp:
+            return resp.status, await resp.json()
 
     async def post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         assert self.session is not None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import io
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import structlog
 from fakegithub import FakeGitHub
+
+from bot.service.logs import configure_logging
 
 
 @pytest.fixture
@@ -22,3 +26,14 @@ async def fake_github() -> AsyncIterator[FakeGitHub]:
     finally:
         await fake.close()
     fake.check_violations()
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """The service's logs as `serve` writes them (JSON lines), captured; structlog's defaults after."""
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    try:
+        yield out
+    finally:
+        structlog.reset_defaults()

@@ -50,6 +50,16 @@ def _schema() -> dict[str, Any]:
     return document
 
 
+def examples() -> dict[str, list[Payload]]:
+    """Every real example, by event (shared: deep-copy one before changing it)."""
+    return _examples()
+
+
+def schema() -> dict[str, Any]:
+    """GitHub's webhook schema (shared: do not change it)."""
+    return _schema()
+
+
 @functools.cache
 def _validator(key: str) -> Draft7Validator:
     # Validating against one definition (not the top-level oneOf) costs milliseconds, not 0.5 s.
@@ -184,15 +194,16 @@ def _api_of(payload: Mapping[str, Any]) -> str:
     return url.split("/repos/", 1)[0]
 
 
-def _common(
+def pointed_at(
     payload: Payload,
     *,
-    repo_full_name: str | None,
-    clone_url: str | None,
-    installation_id: int | None,
-    api_url: str | None,
+    repo_full_name: str | None = None,
+    clone_url: str | None = None,
+    installation_id: int | None = None,
+    api_url: str | None = None,
 ) -> Payload:
-    """Point the payload at another repository, installation and API root."""
+    """Any payload with a ``repository``, pointed at another repository, installation and API root
+    (not checked against the schema: a fuzz test changes it further)."""
     if api_url is not None:
         payload = _replace_strings(payload, GITHUB_API, api_url.rstrip("/"))
     repo = payload["repository"]
@@ -248,7 +259,7 @@ def event(
     """Any event (ping, push, installation, check_suite …) pointed at a repository/installation."""
     payload = _base(name, action, index)
     if "repository" in payload:
-        payload = _common(
+        payload = pointed_at(
             payload,
             repo_full_name=repo_full_name,
             clone_url=clone_url,
@@ -324,7 +335,7 @@ def pull_request_event(
     """A ``pull_request`` payload. ``fork_owner``: the head lives in that user's fork
     (``head_clone_url`` is the fork's clone URL); ``fork_deleted``: the head repo is gone (null).
     ``sender`` defaults to ``author`` when that is given."""
-    payload = _common(
+    payload = pointed_at(
         _base("pull_request", action, index),
         repo_full_name=repo_full_name,
         clone_url=clone_url,
@@ -385,7 +396,7 @@ def issue_comment_event(
 ) -> Payload:
     """An ``issue_comment`` payload, by default on a pull request (``issue.pull_request`` set, as
     GitHub sends for PR conversation comments). ``commenter`` also becomes the sender."""
-    payload = _common(
+    payload = pointed_at(
         _base("issue_comment", action, index),
         repo_full_name=repo_full_name,
         clone_url=clone_url,
@@ -454,7 +465,7 @@ def check_run_event(
                 app[key] = app[key].replace(" ", "T") + "Z" if " " in app[key] else app[key]
     else:
         base = _base("check_run", action, index)
-    payload = _common(
+    payload = pointed_at(
         base,
         repo_full_name=repo_full_name,
         clone_url=clone_url,

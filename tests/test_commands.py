@@ -41,6 +41,8 @@ def selected(*envs: str) -> RetestCommand:
         ("/retest-gpu failed env=a env=b", RetestCommand(scope=RunScope.FAILED, envs=["a", "b"])),
         ("/retest-gpu env=a env=a", selected("a")),
         ("/retest-gpu all all", RetestCommand(scope=RunScope.ALL)),
+        ("/retest-gpu perf", RetestCommand(perf=True)),
+        ("/retest-gpu PERF all env=a", RetestCommand(scope=RunScope.ALL, envs=["a"], perf=True)),
         ("   /retest-gpu all   ", RetestCommand(scope=RunScope.ALL)),
         ("  /retest-gpu\tfailed\t", RetestCommand(scope=RunScope.FAILED)),
         ("/Retest-GPU", selected()),

@@ -436,3 +436,38 @@ async def test_deleted_comment_is_gone(fake_github: FakeGitHub, client: Client) 
     await client.gh.delete(comment["url"], oauth_token=client.token)
     assert fake_github.comments(REPO, 7) == []
     assert (await client.raw("GET", f"/repos/{REPO}/issues/comments/{comment['id']}"))[0] == 404
+
+
+async def test_a_failure_after_the_work_carries_the_request_out_and_loses_the_answer(
+    fake_github: FakeGitHub, client: Client
+) -> None:
+    fake_github.fail("POST", "/repos/{owner}/{repo}/check-runs", 502, after=True)
+    with pytest.raises(GitHubBroken):
+        await client.gh.post(
+            f"/repos/{REPO}/check-runs",
+            data={"name": "lint", "head_sha": SHA, "external_id": "job-1/lint"},
+            oauth_token=client.token,
+        )
+    [run] = fake_github.check_runs(REPO)  # it was created all the same
+    assert run.external_id == "job-1/lint"
+    [call] = fake_github.calls_to("POST", f"/repos/{REPO}/check-runs")
+    assert (call.status, call.carried_out) == (502, True)
+
+
+async def test_check_runs_for_a_ref_are_listed_by_app_and_carry_their_external_id(
+    fake_github: FakeGitHub, client: Client
+) -> None:
+    for name in ("lint", "lint", "tests"):  # a second run of the same name: `filter=all` shows both
+        await client.gh.post(
+            f"/repos/{REPO}/check-runs",
+            data={"name": name, "head_sha": SHA, "external_id": f"job/{name}"},
+            oauth_token=client.token,
+        )
+    url = f"/repos/{REPO}/commits/{SHA}/check-runs?filter=all&app_id={fake_github.app_id}&per_page=100"
+    runs = [r async for r in client.gh.getiter(url, iterable_key="check_runs", oauth_token=client.token)]
+    assert sorted(r["external_id"] for r in runs) == ["job/lint", "job/lint", "job/tests"]
+    assert {r["app"]["id"] for r in runs} == {fake_github.app_id}
+    latest = f"/repos/{REPO}/commits/{SHA}/check-runs"
+    assert (await client.gh.getitem(latest, oauth_token=client.token))["total_count"] == 2
+    other_app = f"{latest}?app_id={fake_github.app_id + 1}"
+    assert (await client.gh.getitem(other_app, oauth_token=client.token))["check_runs"] == []

@@ -147,7 +147,10 @@ def test_the_reaper_leaves_live_agents_alone_and_fails_a_run_past_its_attempts(s
     )
     still = store.get_job(alive.id)
     assert still is not None and still.state == RunState.RUNNING
-    assert [j.id for j in store.jobs_to_report()] == [alive.id, dead.id]
+    assert [j.id for j in store.jobs_to_announce()] == [alive.id, dead.id]
+    # The failed run is due to be published (the reconciler completes its check runs), in the
+    # same transaction that failed it; the running one is not.
+    assert [j.id for j in store.jobs_due_for_report()] == [dead.id]
 
 
 def test_a_run_whose_queue_job_ended_without_it_is_taken_back(store: FleetStore) -> None:

@@ -76,3 +76,40 @@ async def test_idempotent_requests_are_retried_after_a_gateway_error(fake_github
 
 async def _no_wait(seconds: float) -> None:
     return None
+
+
+def test_a_log_call_never_raises_and_still_writes_its_line() -> None:
+    # A value nested deeper than the JSON encoder recurses, bound to the context as the
+    # dispatcher binds a delivery's, used to raise from inside the dispatcher's error handling.
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    register_secret("s3cr3t-webhook-value")
+    deep: object = "s3cr3t-webhook-value"
+    for _ in range(5_000):
+        deep = {"a": deep}
+    structlog.contextvars.bind_contextvars(delivery_id="d-1", repo=deep)
+    try:
+        try:
+            raise ValueError("handling failed")
+        except ValueError:
+            structlog.get_logger("test").exception("delivery handling failed", attempt=1)
+    finally:
+        structlog.contextvars.clear_contextvars()
+        structlog.reset_defaults()
+    line = json.loads(out.getvalue())
+    assert line["event"] == "delivery handling failed" and line["level"] == "error"
+    assert line["delivery_id"] == "d-1" and line["attempt"] == 1
+    assert line["repo"] == "<dict, not rendered>"
+    assert "ValueError: handling failed" in line["exception"]
+    assert line["log_error"] == "RecursionError while rendering this line"
+    assert "s3cr3t-webhook-value" not in out.getvalue()
+
+
+def test_a_log_call_on_a_closed_stream_does_not_raise() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    out.close()
+    try:
+        structlog.get_logger("test").error("the log collector went away")
+    finally:
+        structlog.reset_defaults()

@@ -20,6 +20,7 @@ from gidgethub import sansio
 
 from bot.core.models import RunKind, RunScope, RunState
 from bot.render.comment import STICKY_MARKER
+from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.store.records import Job, PullState
@@ -97,11 +98,17 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     store = SQLiteStore(tmp_path / "paritybot.db")
     locks = PrLocks()
     reporter = GitHubReporter(gh, store, locks, BOT)
+
+    async def reporter_of(job: Job) -> GitHubReporter:
+        return reporter
+
     ctx = HandlerContext(
         gh=gh,
         store=store,
         reporter=reporter,
-        scheduler=Scheduler(store, locks, reporter),
+        scheduler=Scheduler(
+            store, locks, reporter, reconciler=Reconciler(store, None, locks, reporter_factory=reporter_of)
+        ),
         installation_id=1,
         bot_login=BOT,
     )

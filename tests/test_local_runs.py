@@ -48,6 +48,8 @@ MISTAKES = [
         ["select-tests", "--repo", REPO, "--base", "main", "--head=-x"],
         "--head -x: no such branch, tag or commit in {tmp}/repo",
     ),
+    (["perf", "--repo", MISSING, "--base", "main"], f"--repo {MISSING}: no such directory"),
+    (["perf", "--repo", REPO, "--base", "nope"], "--base nope: no such branch, tag or commit in {tmp}/repo"),
     (["config", "validate", MISSING], f"{MISSING}: No such file or directory"),
     (["env", "parse", MISSING], f"cannot read {MISSING}: No such file or directory"),
     (["serve", "--env-file", MISSING], f"settings file {MISSING}: not found"),

@@ -1,4 +1,4 @@
-"""The pipeline's own decisions: which coverage map a PR's selection uses."""
+"""The pipeline's own decisions: which coverage map a PR's selection uses, when a run stops."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 from gitrepo import GitRepo
 
 from bot.core.config import Environment, RepoConfig
-from bot.core.models import RunRequest
+from bot.core.models import CollectionError, CoverageMapHealth, RunRequest
 from runner.backends.base import RunnerRequest
 from runner.backends.host import HostRunner
 from runner.pipeline import Pipeline, PipelineDeps
 from runner.selection.coverage_map import CoverageMap, CoverageMapStore
-from runner.workspace import Workspace
+from runner.selection.pr import nearest_map
 
 
 def pipeline(tmp_path: Path) -> Pipeline:
@@ -24,7 +24,7 @@ def pipeline(tmp_path: Path) -> Pipeline:
     return Pipeline(request, RepoConfig(), Environment(name="default"), "run-1", deps)
 
 
-def test_the_nearest_ancestor_with_a_map_is_used(tmp_path: Path) -> None:
+def test_the_nearest_ancestor_with_a_usable_map_is_used(tmp_path: Path) -> None:
     repo = GitRepo(tmp_path / "repo")
     mapped = repo.commit({"a.py": "x = 1\n"})
     between = repo.commit({"a.py": "x = 2\n"})
@@ -35,19 +35,25 @@ def test_the_nearest_ancestor_with_a_map_is_used(tmp_path: Path) -> None:
         mapped, CoverageMap(commit=mapped, tests=["tests/test_a.py::test_x"], files={"a.py": {1: [0]}})
     )
 
-    found = p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base))
-    assert found is not None and found.commit == mapped
+    found, notes = nearest_map(repo.path, base, store)
+    assert found is not None and found.commit == mapped and notes == []
 
-    store.save(between, CoverageMap(commit=between))
-    found = p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base))
-    assert found is not None and found.commit == between
+    empty = CoverageMapHealth(
+        tests_collected=1, collection_errors=[CollectionError(path="tests/test_a.py", message="ImportError")]
+    )
+    store.save(between, CoverageMap(commit=between, health=empty))
+    found, notes = nearest_map(repo.path, base, store)
+    assert found is not None and found.commit == mapped
+    assert notes == [
+        f"The coverage map of {between[:12]} is not used: 0 of 1 collected tests ran; "
+        "1 module did not collect: tests/test_a.py (ImportError)."
+    ]
 
 
 def test_no_map_in_the_history_means_none(tmp_path: Path) -> None:
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit({"a.py": "x = 1\n"})
-    p = pipeline(tmp_path)
-    assert p._nearest_coverage_map(Workspace(path=repo.path, head_sha=base, base_sha=base)) is None
+    assert nearest_map(repo.path, base, CoverageMapStore(tmp_path / "maps")) == (None, [])
 
 
 async def test_a_run_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ from bot.core.models import Selection
 from bot.service.logs import configure_logging
 from runner.git import GitError
 from runner.selection.coverage_map import CoverageMap, CoverageMapStore
+from runner.selection.pr import GivenMap, select_tests
 from runner.selection.select import (
     Signal,
     parse_collect_only,
-    select_tests,
     split_nodeid,
 )
 
@@ -52,7 +52,7 @@ class Sample:
         all_tests: list[str] | None = ALL_TESTS,
         signals: frozenset[Signal] | None = None,
     ) -> Selection:
-        cmap = self.cmap if with_map else None
+        cmap = GivenMap(self.cmap) if with_map else None
         return select_tests(
             self.repo.path, self.base, head, settings or TestSettings(), cmap, all_tests, signals
         )
@@ -293,7 +293,7 @@ def test_cli_without_a_map_uses_static_signals_and_reports_bad_refs(
     monkeypatch.setenv("PARITYBOT_COVERAGE_DIR", str(tmp_path / "empty"))
     assert select_tests_main(str(sample.repo.path), sample.base, head, as_json=False) == 0
     out = capsys.readouterr().out
-    assert "static analysis (no coverage map cached)" in out
+    assert "static analysis (no coverage map found)" in out
     assert "tests/test_stats.py::test_mean\n    imports `shapes.stats.mean` which this PR changes" in out
     assert select_tests_main(str(sample.repo.path), "nope", head, as_json=False) == 2
     assert "nope" in capsys.readouterr().err
@@ -321,3 +321,66 @@ def test_parse_collect_only_reads_node_ids_and_skips_the_rest() -> None:
 def test_split_nodeid_keeps_parameters_whole() -> None:
     assert split_nodeid("t.py::K::test[a::b]") == ("t.py", ["K", "test"], "[a::b]")
     assert split_nodeid("t.py") == ("t.py", [], "")
+
+
+def test_an_import_line_selects_the_users_of_the_names_it_rebinds_only(sample: Sample) -> None:
+    # ``from .consts import FACTOR, LIMIT`` → ``LIMIT, FACTOR``: both names bound as before.
+    reordered = OPS.replace("from .consts import FACTOR, LIMIT", "from .consts import LIMIT, FACTOR")
+    head = sample.change({"src/shapes/ops.py": reordered}, "reorder-import")
+    assert sample.select(head).tests == []
+    assert sample.select(head, with_map=False, signals=frozenset({Signal.STATIC})).tests == []
+    # LIMIT no longer imported (defined here instead): LIMIT's users, not FACTOR's.
+    dropped = OPS.replace("from .consts import FACTOR, LIMIT", "from .consts import FACTOR\n\nLIMIT = 100")
+    head = sample.change({"src/shapes/ops.py": dropped}, "drop-import")
+    assert set(reasons(sample.select(head))) == {
+        "tests/test_ops.py::TestClamp::test_above",
+        "tests/test_ops.py::TestClamp::test_below",
+    }
+
+
+def test_a_test_method_renamed_in_a_class_with_a_mixin_is_dropped_unless_a_base_class_defines_it(
+    tmp_path: Path,
+) -> None:
+    mixin = (
+        "from typing import Protocol\n\n\nclass CheckMixin(Protocol):\n"
+        "    def test_shared(self):\n        assert self.value() == 1\n"
+    )
+    # A base class from another package, which no file of the repository defines: never assumed gone.
+    external = (
+        "import sys\nimport types\n\n\nclass OtherMixin:\n"
+        "    def test_other(self):\n        assert self.value() == 1\n\n\n"
+        'sys.modules["external_checks"] = types.ModuleType("external_checks")\n'
+        'sys.modules["external_checks"].OtherMixin = OtherMixin\n'
+    )
+    tests = (
+        "import unittest\n\nfrom external_checks import OtherMixin\nfrom tests import CheckMixin\n\n\n"
+        "def value():\n    return 1\n\n\n"
+        "class ValueTest(unittest.TestCase, CheckMixin, OtherMixin):\n"
+        "    def value(self):\n        return value()\n\n"
+        "    def test_value(self):\n        assert self.value() == 1\n"
+    )
+    # Another class with a method of the same name does not keep the renamed one alive.
+    other = (
+        "import unittest\n\n\nclass OtherTest(unittest.TestCase):\n    def test_value(self):\n        pass\n"
+    )
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            "conftest.py": external,
+            "tests/__init__.py": mixin,
+            "tests/test_value.py": tests,
+            "tests/test_other.py": other,
+        }
+    )
+    cmap = asyncio.run(build_coverage_map(repo.path, base))
+    assert "tests/test_value.py::ValueTest::test_other" in cmap.tests
+    renamed = tests.replace("def test_value(", "def test_value_again(").replace(
+        "return 1\n\n\nclass", "return 2 - 1\n\n\nclass"
+    )
+    head = repo.commit({"tests/test_value.py": renamed})
+    selection = select_tests(repo.path, base, head, TestSettings(), GivenMap(cmap), None)
+    got = reasons(selection)
+    assert selection.removed == ["tests/test_value.py::ValueTest::test_value"]
+    assert "tests/test_value.py::ValueTest::test_shared" in got  # inherited from the mixin: still there
+    assert "tests/test_value.py::ValueTest::test_other" in got
+    assert got["tests/test_value.py::ValueTest::test_value_again"][0] == "edited by this PR"

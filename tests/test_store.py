@@ -162,3 +162,81 @@ def test_a_migration_that_fails_midway_leaves_the_previous_version(
 def test_migration_files_are_numbered_without_a_gap() -> None:
     assert [m.version for m in migrations()] == list(range(1, len(migrations()) + 1))
     assert migrations()[0].name == "0001_first_schema.sql"
+
+
+def _running_job(store: SQLiteStore, n: int = 7) -> str:
+    from bot.core.models import RunRequest
+
+    request = RunRequest(
+        installation_id=1, repo=REPO, clone_url="file:///x", pr_number=n, head_sha="a" * 40, base_ref="main"
+    )
+    job = store.enqueue(request, "default", f"key-{n}")
+    assert job is not None and store.claim() is not None
+    return job.id
+
+
+def test_a_run_stopped_by_restarts_is_requeued_then_failed_saying_so_and_due_on_github(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "db")
+    job_id = _running_job(store)
+    assert store.recover(max_attempts=2) == (1, 0)
+    job = store.get_job(job_id)
+    assert job is not None and job.state == RunState.QUEUED and not job.report_due
+    assert store.claim() is not None  # the second attempt
+    assert store.recover(max_attempts=2) == (0, 1)
+    job = store.get_job(job_id)
+    assert job is not None and job.state == RunState.FAILED and job.report_due
+    assert job.error == "paritybot restarted twice during this run; comment `/retest-gpu` to run it again"
+    assert [j.id for j in store.jobs_due_for_report()] == [job_id]
+    store.mark_reported(job_id)
+    assert store.jobs_due_for_report() == []
+    store.close()
+
+
+def test_a_silent_worker_loses_its_run_and_cannot_finish_it_afterwards(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db")
+    job_id = _running_job(store)
+    assert store.heartbeat(job_id, attempt=1)
+    assert store.recover(max_attempts=1, stale_after_s=60) == (0, 0)  # it beat just now
+    assert store.recover(max_attempts=1, stale_after_s=0) == (0, 1)
+    job = store.get_job(job_id)
+    assert (
+        job is not None
+        and job.error is not None
+        and job.error.startswith("the worker running it stopped answering once")
+    )
+    # The worker comes back: its heartbeat and its result are refused (fencing).
+    assert not store.heartbeat(job_id, attempt=1)
+    assert not store.finish(job_id, RunState.SUCCEEDED, None, None, attempt=1)
+    assert store.get_job(job_id).state == RunState.FAILED  # type: ignore[union-attr]
+    store.close()
+
+
+def test_creating_check_runs_is_recorded_before_the_first_request(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db")
+    job_id = _running_job(store)
+    assert store.intend_check_runs(job_id) is False  # nothing can exist yet: no lookup needed
+    assert store.intend_check_runs(job_id) is True  # a retry: look them up first
+    store.set_check_runs(job_id, {"tests": 3})
+    store.set_check_runs(job_id, {"parity": 4})
+    job = store.get_job(job_id)
+    assert job is not None and job.check_runs == {"tests": 3, "parity": 4}
+    store.close()
+
+
+def test_runs_the_old_recovery_failed_in_the_database_only_are_due_after_the_upgrade(tmp_path: Path) -> None:
+    path = first_schema_database(tmp_path / "old.db")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO jobs SELECT 'killedtwice00001', 9, queue, repo, pr_number, head_sha, environment, request, "
+        "'killed-twice', 'failed', 2, check_runs, 0, created_at, started_at, finished_at, "
+        "'interrupted by a restart too many times', NULL FROM jobs WHERE pr_number IS NOT NULL LIMIT 1"
+    )
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        assert [j.id for j in store.jobs_due_for_report()] == ["killedtwice00001"]
+    finally:
+        store.close()

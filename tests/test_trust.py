@@ -24,6 +24,7 @@ from handlers.decisions.trust import (
     untrusted_pr_note,
     who_can_approve,
 )
+from handlers.events import Comment, PullRequest, User
 
 HEAD = "c0ffee1234567890c0ffee1234567890c0ffee12"
 OLDER = "0123456789abcdef0123456789abcdef01234567"
@@ -344,13 +345,16 @@ def test_untrusted_pr_note() -> None:
 # --- Payloads ---------------------------------------------------------------------------------------
 
 
-def _pull_request(head_repo: dict[str, Any] | None, base_repo: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "user": {"login": "octo", "type": "User"},
-        "author_association": "first_time_contributor",
-        "head": {"sha": HEAD, "repo": head_repo},
-        "base": {"sha": OLDER, "repo": base_repo},
-    }
+def _pull_request(head_repo: dict[str, Any] | None, base_repo: dict[str, Any]) -> PullRequest:
+    return PullRequest.model_validate(
+        {
+            "number": 7,
+            "user": {"login": "octo", "type": "User"},
+            "author_association": "first_time_contributor",
+            "head": {"sha": HEAD, "ref": "feature", "repo": head_repo},
+            "base": {"sha": OLDER, "ref": "main", "repo": {"clone_url": "https://github.com/x", **base_repo}},
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -373,11 +377,13 @@ def test_pr_facts_from_payload(
 
 
 def test_commenter_from_payload() -> None:
-    comment = {"user": {"login": "octo", "type": "User"}, "author_association": "MEMBER"}
+    comment = Comment.model_validate(
+        {"id": 1, "user": {"login": "octo", "type": "User"}, "author_association": "MEMBER"}
+    )
     assert commenter_from_payload(comment) == Commenter(login="octo", association="MEMBER")
-    assert commenter_from_payload(comment, {"login": "Octo"}).association == "MEMBER"
+    assert commenter_from_payload(comment, User(login="Octo")).association == "MEMBER"
     # someone else edited the comment: the comment's association says nothing about the editor
-    edited = commenter_from_payload(comment, {"login": "mallory", "type": "User"})
+    edited = commenter_from_payload(comment, User(login="mallory", type="User"))
     assert edited == Commenter(login="mallory", association="NONE")
-    bot = commenter_from_payload({"user": {"login": "paritybot[bot]", "type": "Bot"}})
-    assert bot.ignored
+    bot = Comment.model_validate({"id": 2, "user": {"login": "paritybot[bot]", "type": "Bot"}})
+    assert commenter_from_payload(bot).ignored

@@ -153,7 +153,7 @@ async def run_local_check(
     """Run the pipeline on ``head`` of a local checkout.
 
     A PULL_REQUEST run checks the change from ``base``; a BASELINE run records ``head``'s per-test
-    coverage map where later checks and `paritybot select-tests` find it (``.paritybot/coverage``).
+    coverage map where later checks and `paritybot select-tests` find it (:func:`coverage_dir`).
     """
     repo = open_checkout(repo)
     head_sha = commit_of(repo, head, "--head" if kind == RunKind.PULL_REQUEST else "--rev")

@@ -1,4 +1,4 @@
-"""The `paritybot` command: serve, check, config, env, select-tests.
+"""The `paritybot` command: serve, check, config, env, select-tests, perf.
 
 Every user error is one line on stderr and exit code 2; no tracebacks for things the user can fix.
 """
@@ -92,6 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     ep.add_argument("file")
     ep.add_argument("--json", action="store_true")
 
+    pf = sub.add_parser("perf", help="compare the change's benchmarks with its base's, in alternating rounds")
+    pf.add_argument("--repo", type=Path, default=Path("."), help="the git checkout (default: .)")
+    pf.add_argument("--base", required=True, help="what the change is compared with (its merge base is used)")
+    pf.add_argument("--head", default="HEAD", help="the commit to compare (default: HEAD)")
+    pf.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    pf.add_argument(
+        "--affected", action="store_true", help="only the pytest benchmarks the change can affect, with why"
+    )
+
     t = sub.add_parser("select-tests", help="which tests a change can affect, and why")
     t.add_argument("--repo", default=".")
     t.add_argument("--base", required=True)
@@ -127,6 +136,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _config(args)
     if args.command == "coverage-map":
         return _coverage_map(args)
+    if args.command == "perf":
+        from bot.cli.perf import perf_main
+
+        runners = _local_runners(args.runner)
+        return asyncio.run(perf_main(args.repo, args.base, args.head, runners, affected=args.affected))
     if args.command == "env":
         from bot.cli.env import env_parse_main
 
@@ -234,7 +248,17 @@ def _coverage_map(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}")
+    health = report.coverage_map
+    print(
+        f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}"
+        + (f": {health.describe()}" if health else "")
+    )
+    if health is not None and health.holes:
+        print(
+            f"paritybot: the map is partial: it knows nothing of {', '.join(health.holes)}; selections "
+            "use the static signals for the tests there",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -1,4 +1,7 @@
-"""`paritybot select-tests`: which tests a change can affect, and why, on a local checkout."""
+"""`paritybot select-tests`: which tests a change can affect, and why, on a local checkout.
+
+It prints the selection `paritybot check` and the App run: the same function, the same maps.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from runner import gitdiff
 from runner.git import GitError
 from runner.gitdiff import UnsafeFileError
 from runner.selection.coverage_map import CoverageMapStore
-from runner.selection.select import select_tests
+from runner.selection.pr import nothing_selected, select_tests
 
 
 def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> int:
@@ -30,32 +33,36 @@ def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> 
         # The base's config, as the App reads it: a change must not choose its own selection rules.
         config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
         settings = parse_repo_config(config_text).tests
-        store = CoverageMapStore(coverage_dir(root))
-        cmap = store.load(base_sha) if settings.use_coverage_map else None
-        selection = select_tests(root, base_sha, head, settings, cmap)
+        maps = CoverageMapStore(coverage_dir(root)) if settings.use_coverage_map else None
+        selection = select_tests(root, base_sha, head, settings, maps)
     except (GitError, UnsafeFileError, ConfigError) as exc:
         print(f"paritybot select-tests: {exc}", file=sys.stderr)
         return 2
     if as_json:
         doc = selection.model_dump(mode="json")
         doc["base"] = base_sha
-        doc["coverage_map"] = cmap.commit if cmap is not None else None
         print(json.dumps(doc, indent=2))
     else:
-        print(render_selection(selection, base_sha, cmap is not None))
+        print(render_selection(selection))
     return 0
 
 
-def render_selection(selection: Selection, base_sha: str, with_map: bool) -> str:
+def render_selection(selection: Selection) -> str:
     """Plain text for a terminal: what runs, and why."""
-    source = "coverage map of the base commit" if with_map else "static analysis (no coverage map cached)"
-    lines = [f"base {base_sha[:12]}; signals: {source}"]
+    lines = [f"base {(selection.base_sha or '')[:12]}; signals: {selection.signals()}"]
+    lines.extend(f"note: {n}" for n in selection.notes)
+    if selection.removed:
+        lines.append(f"not run, renamed or removed by this PR ({len(selection.removed)}):")
+        lines.extend(f"  {n}" for n in selection.removed)
     if selection.whole_suite:
         lines.append("whole suite:")
         lines.extend(f"  - {r}" for r in selection.whole_suite_reasons)
         return "\n".join(lines)
     if not selection.tests:
-        lines.append("no test can be affected by this change")
+        lines.append(nothing_selected(selection))
+    elif selection.unchanged_behaviour:
+        files = ", ".join(selection.unchanged_behaviour)
+        lines.append(f"only comments, docstrings or formatting changed in {files}: no test selected for them")
     for test in selection.tests:
         lines.append(test.nodeid)
         lines.extend(f"    {r}" for r in test.reasons)

@@ -234,6 +234,43 @@ class TrustSettings(_Strict):
     )
 
 
+PerfTrigger = Literal["label", "command", "every-pr"]
+DEFAULT_PERF_TRIGGERS: tuple[PerfTrigger, ...] = ("label", "command")
+
+
+class PerformanceSettings(_Strict):
+    """Benchmarks, base against head in one run (docs/performance.md). Off until a kind is named."""
+
+    pytest: list[str] | None = Field(
+        None, description="pytest-benchmark tests: the paths and options given to pytest; none: not run"
+    )
+    asv: str | None = Field(None, description="an asv suite: its configuration file, e.g. asv.conf.json")
+    command: list[str] | None = Field(
+        None, description="a command that prints the benchmark JSON shape, run once per round and side"
+    )
+    command_rounds: int = Field(10, ge=6, le=200, description="rounds of the command, per side")
+    when: list[PerfTrigger] = Field(
+        default_factory=lambda: list(DEFAULT_PERF_TRIGGERS),
+        description="label: the PR has `label`; command: `/retest-gpu perf`; every-pr: each run",
+    )
+    label: str = Field("ciflow/perf", max_length=100)
+    environments: list[str] = Field(
+        default_factory=list, description="environment names that compare; empty: every one that runs"
+    )
+    threshold: float = Field(0.03, gt=0, lt=10, description="a regression is slower by more than this")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    blocking: bool = Field(False, description="a significant regression fails the check run")
+    paths: list[str] = Field(default_factory=lambda: ["."], description="put first on PYTHONPATH, per side")
+    processes: int = Field(
+        4, ge=1, le=16, description="processes per side (GPU memory: each holds a context)"
+    )
+    max_time_s: float = Field(1.2, gt=0, le=600, description="per benchmark, both sides")
+    cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
+
+    def enabled(self) -> bool:
+        return bool(self.pytest is not None or self.asv or self.command)
+
+
 class RepoConfig(_Strict):
     environments: list[Environment] = Field(
         default_factory=lambda: [Environment(name="default", default=True)],
@@ -246,6 +283,7 @@ class RepoConfig(_Strict):
     parity: ParitySettings = Field(default_factory=ParitySettings)
     rfc: RfcSettings = Field(default_factory=RfcSettings)
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    performance: PerformanceSettings = Field(default_factory=PerformanceSettings)
 
     @field_validator("environments")
     @classmethod

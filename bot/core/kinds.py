@@ -31,6 +31,7 @@ class CheckKind(StrEnum):
     DOCSTRINGS = "docstrings"
     TESTS = "tests"
     PARITY = "parity"
+    PERFORMANCE = "performance"  # created, completed, only by a run that compared benchmarks
 
 
 CHECK_KINDS: tuple[CheckKind, ...] = (

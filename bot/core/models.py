@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bot.core.config import RepoConfig
+from bot.core.perf import PerformanceResult
 
 
 class Model(BaseModel):
@@ -127,12 +128,46 @@ class SelectedTest(Model):
     reasons: list[str]
 
 
+class MapUse(StrEnum):
+    """Which coverage map a selection used, and how."""
+
+    NONE = "none"  # no map was found: static signals only
+    EXACT = "exact"  # the map of the merge base
+    OLDER = "older"  # the map of an ancestor; what the base branch changed since widens the selection
+    NOT_USED = "not_used"  # a map was found but cannot be trusted for this change (``notes`` say why)
+
+
 class Selection(Model):
     tests: list[SelectedTest] = Field(default_factory=list)
     whole_suite: bool = False
     whole_suite_reasons: list[str] = Field(default_factory=list)
     total_tests: int | None = Field(None, description="size of the whole suite, when known")
     budget_dropped: list[str] = Field(default_factory=list, description="cut by the budget")
+    base_sha: str | None = Field(None, description="the merge base the PR's change is measured from")
+    head_sha: str | None = None
+    coverage_map: str | None = Field(None, description="the commit of the coverage map used")
+    map_use: MapUse = MapUse.NONE
+    removed: list[str] = Field(
+        default_factory=list, description="tests the map selected that do not exist at head: never run"
+    )
+    unchanged_behaviour: list[str] = Field(
+        default_factory=list,
+        description="changed files whose change cannot alter behaviour (comments, docstrings, formatting)",
+    )
+    notes: list[str] = Field(default_factory=list, description="what the reader should know about it")
+
+    def signals(self) -> str:
+        """Which signals decided, in words."""
+        if self.map_use == MapUse.EXACT:
+            return f"coverage map of the merge base ({(self.coverage_map or '')[:12]}) + static analysis"
+        if self.map_use == MapUse.OLDER:
+            return (
+                f"coverage map of {(self.coverage_map or '')[:12]}, an ancestor of the merge base, "
+                "+ static analysis"
+            )
+        if self.map_use == MapUse.NOT_USED:
+            return f"static analysis (the coverage map of {(self.coverage_map or '')[:12]} is not used; see the note)"
+        return "static analysis (no coverage map found)"
 
 
 class TestOutcome(StrEnum):
@@ -182,6 +217,41 @@ class TestsResult(Model):
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
+
+
+class CoverageMapHealth(Model):
+    """What a coverage map can vouch for: how much of the suite ran while it was recorded."""
+
+    tests_collected: int = 0
+    tests_ran: int = 0
+    collection_errors: list[CollectionError] = Field(default_factory=list)
+    not_run: list[str] = Field(
+        default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
+    )
+    exit_code: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.tests_ran > 0
+
+    @property
+    def holes(self) -> list[str]:
+        """Test files the map knows nothing about, though they are part of the suite."""
+        return sorted({e.path for e in self.collection_errors} | set(self.not_run))
+
+    def describe(self) -> str:
+        """One line: ``12 of 14 tests ran; 1 module did not collect: tests/test_cli.py (ImportError: …)``."""
+        line = f"{self.tests_ran:,} of {self.tests_collected:,} collected tests ran"
+        if self.collection_errors:
+            shown = ", ".join(
+                f"{e.path} ({e.message})" if e.message else e.path for e in self.collection_errors[:3]
+            )
+            more = f" and {len(self.collection_errors) - 3} more" if len(self.collection_errors) > 3 else ""
+            count = len(self.collection_errors)
+            line += f"; {count} module{'s' if count != 1 else ''} did not collect: {shown}{more}"
+        if self.not_run:
+            line += f"; tests of {len(self.not_run)} file(s) did not run: {', '.join(self.not_run[:3])}"
+        return line
 
 
 class ParityVerdict(StrEnum):
@@ -293,6 +363,7 @@ class RunRequest(Model):
     environment: str | None = Field(None, description="environment name; None = decided by config")
     scope: RunScope = RunScope.SELECTED
     only_tests: list[str] = Field(default_factory=list, description="node ids for scope=failed")
+    perf: bool = Field(False, description="`/retest-gpu perf` asked for the benchmarks' comparison")
     pr_body: str = ""
     labels: list[str] = Field(default_factory=list)
     trigger: str = Field("", description="what caused the run, for the report")
@@ -342,5 +413,9 @@ class RunReport(Model):
     tests: TestsResult | None = None
     parity: ParityReport | None = None
     rfc: RfcReport | None = None
+    performance: PerformanceResult | None = None
+    coverage_map: CoverageMapHealth | None = Field(
+        None, description="a baseline run: the health of the coverage map it recorded"
+    )
     started_at: datetime | None = None
     finished_at: datetime | None = None

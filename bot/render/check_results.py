@@ -35,6 +35,7 @@ from bot.render.check_runs import (
     in_progress_title,
 )
 from bot.render.fit import fit_blocks
+from bot.render.performance import result_outcome, result_section
 from bot.render.phrases import (
     about_line,
     capitalised,
@@ -62,6 +63,20 @@ def render_check_runs(report: RunReport) -> list[CheckRunOutput]:
     completes every check as ``cancelled``, whatever finished before.
     """
     return [_check_run(report, kind) for kind in CHECK_KINDS]
+
+
+def render_performance_check(report: RunReport) -> CheckRunOutput | None:
+    """The ``paritybot / performance`` check run, completed, when the run compared benchmarks."""
+    result = report.performance
+    if result is None or report.state == RunState.CANCELLED:
+        return None
+    decided = result_outcome(result)
+    return _check_output(
+        report,
+        CheckKind.PERFORMANCE,
+        _Outcome("completed", decided.conclusion, decided.title),
+        _run_header(report) + "\n\n" + result_section(result),
+    )
 
 
 def _check_run(report: RunReport, kind: CheckKind) -> CheckRunOutput:
@@ -117,7 +132,7 @@ def _common_outcome(report: RunReport, kind: CheckKind, result: Any) -> _Outcome
             return _Outcome("in_progress", None, in_progress_title(kind.value))
         if report.error:
             # A required check must not pass when the run broke before it.
-            why = one_line(report.error) if report.refused else "the run broke"
+            why = one_line(report.error)
             return _Outcome("completed", "failure", f"Did not run: {why}")
         return _Outcome("completed", "neutral", "Did not run")
     status = getattr(result, "status", None)

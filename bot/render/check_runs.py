@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bot.core import limits
 from bot.core.config import CONFIG_PATH
-from bot.core.kinds import CHECK_KINDS, CheckKind
+from bot.core.kinds import CHECK_KINDS, COMMAND, CheckKind
 from bot.core.models import (
     Model,
 )
@@ -92,9 +92,13 @@ def render_queued_output(environment: str, *, queue_position: int | None = None)
     ]
 
 
-def render_in_progress_output(environment: str, *, step: str | None = None) -> list[CheckRunOutput]:
+def render_in_progress_output(
+    environment: str, *, step: str | None = None, attempt: int = 1
+) -> list[CheckRunOutput]:
     """The check runs once the run has started, before any check has a result."""
     summary = f"Running in environment {md.code(environment)}."
+    if attempt > 1:
+        summary += f" Attempt {attempt}: the one before was stopped before it finished."
     return [
         CheckRunOutput(
             kind=k,
@@ -121,6 +125,20 @@ def render_config_error_output(environment: str, *, problems: Sequence[str]) -> 
         limits.CHECK_SUMMARY_MAX - limits.SAFETY_MARGIN,
     )
     return _completed_before_running(environment, "failure", f"Invalid {CONFIG_PATH}", summary)
+
+
+def abandoned_output(name: str) -> CheckRunOutput:
+    """A check run of this App left open by a run paritybot has no record of (or a second one of
+    the same check): completed, so that it never blocks the pull request, saying why."""
+    kind = next((k for k in CHECK_KINDS if name.startswith(f"paritybot / {k.value} ")), CheckKind.TESTS)
+    summary = (
+        "paritybot has no run that would finish this check run (its record was lost, or another "
+        f"check run of the same check took its place), so it was closed. Comment `{COMMAND}` to "
+        "run the checks again."
+    )
+    return CheckRunOutput(
+        kind=kind, name=name, status="completed", conclusion="cancelled", title="Abandoned", summary=summary
+    )
 
 
 def _completed_before_running(

@@ -26,6 +26,7 @@ from bot.core.models import (
 from bot.core.verdict import failing_tests, flaky_tests
 from bot.render import markdown as md
 from bot.render.fit import Part, text_part
+from bot.render.performance import result_section
 from bot.render.phrases import (
     counted,
     details,
@@ -61,11 +62,13 @@ def comment_parts(report: RunReport, where: str) -> list[Part]:
         report.docstrings.findings or report.docstrings.status in (CheckStatus.FAILED, CheckStatus.ERROR)
     ):
         parts.append(_findings_part(report.docstrings, where))
+    if report.performance is not None:
+        parts.append(text_part("performance", 50, result_section(report.performance)))
     if report.rfc is not None and report.rfc.triggered:
         parts.append(text_part("RFC checklist", 40, _rfc_section(report.rfc)))
     if report.parity is not None and report.parity.rows:
         parts.append(text_part("environment parity", 30, _parity_section(report.parity)))
-    if tests is not None and (tests.selection.tests or tests.selection.whole_suite):
+    if tests is not None and (tests.selection.tests or tests.selection.whole_suite or _said(tests)):
         parts.append(_selection_part(tests.selection, where, tests))
     return parts
 
@@ -249,13 +252,38 @@ def _rfc_section(rfc: RfcReport) -> str:
     return details(summary, "\n\n".join(blocks))
 
 
+def _said(tests: TestsResult) -> bool:
+    """Whether the selection has something to say beyond its tests (why none, what it dropped)."""
+    selection = tests.selection
+    return bool(selection.notes or selection.removed or selection.unchanged_behaviour) or (
+        not selection.tests and bool(tests.message) and tests.status == CheckStatus.PASSED
+    )
+
+
+def _selection_notes(selection: Selection, why_none: str) -> list[str]:
+    blocks = [md.prose(n) for n in selection.notes]
+    if selection.removed:
+        names = ", ".join(md.code(n) for n in selection.removed[:10]) + (
+            " …" if len(selection.removed) > 10 else ""
+        )
+        blocks.append(f"Not run, renamed or removed by this PR ({len(selection.removed):,}): {names}")
+    if not selection.tests and not selection.whole_suite and why_none:
+        blocks.append(md.prose(why_none[:1].upper() + why_none[1:]) + ".")
+    elif selection.unchanged_behaviour:
+        files = ", ".join(md.code(f) for f in selection.unchanged_behaviour[:10])
+        blocks.append(
+            f"Only comments, docstrings or formatting changed in {files}: no test was selected for them."
+        )
+    return blocks
+
+
 def _selection_part(selection: Selection, where: str, tests: TestsResult) -> Part:
     groups = _selection_groups(selection)
     cap = min(len(groups), limits.COMMENT_SELECTION_REASONS)
 
     def render(k: int | None) -> str:
         shown = groups[: cap if k is None else min(k, cap)]
-        blocks = []
+        blocks = _selection_notes(selection, tests.message)
         if selection.whole_suite:
             why = "; ".join(md.prose(r) for r in selection.whole_suite_reasons) or "requested"
             blocks.append(f"The whole suite ran: {why}.")

@@ -1,12 +1,15 @@
 """`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
 
-Start-up order matters for "never lose a job": recover interrupted jobs, then start the workers,
-then the dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
+Start-up order matters for "never lose a job": kill what dead runs left running, recover
+interrupted jobs, then start the reconciler (which finishes on GitHub whatever is due), the
+workers, the dispatcher (which first dispatches whatever deliveries the store holds), then accept
+webhooks.
 
 With PostgreSQL (``PARITYBOT_DATABASE_URL=postgresql://…``) `serve` runs no jobs: agents on the GPU
 hosts do (:mod:`bot.service.fleet.agent`). Any number of replicas accept, decide, enqueue and report;
-their per-PR locks are advisory locks, and :class:`bot.service.fleet.service.FleetLoops` mints the
-agents' clone tokens, reports what they record and runs the stalled-job reaper.
+their per-PR locks are advisory locks; each runs the reconciler (without its take-back: the
+stalled-job reaper does that), and :class:`bot.service.fleet.service.FleetLoops` mints the agents'
+clone tokens, tells GitHub what they record and runs the reaper.
 """
 
 from __future__ import annotations
@@ -21,19 +24,20 @@ from functools import partial
 import aiohttp
 import structlog
 from aiohttp import web
-from gidgethub import sansio
 
 from bot.service.dispatcher import Dispatcher
-from bot.service.executor import RunExecutor, RunReporting
+from bot.service.executor import RunExecutor
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
+from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
-from bot.service.store.protocol import Store
+from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
+from bot.service.supervisor import Supervisor
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
 from handlers.context import HandlerContext
@@ -41,6 +45,8 @@ from handlers.routing import router
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
 from runner.backends.docker import remove_orphans
+from runner.backends.host import kill_leftovers
+from runner.workspace import remove_stale_workspaces
 
 log = structlog.get_logger(__name__)
 
@@ -94,13 +100,16 @@ class Service:
     store: Store
     dispatcher: Dispatcher
     workers: WorkerPool | None  # one machine: the in-process workers
+    reconciler: Reconciler
     session: aiohttp.ClientSession
     app: GitHubApp
     web_app: web.Application
+    supervisor: Supervisor
     fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
 
     async def stop(self) -> None:
         await self.dispatcher.stop()
+        await self.reconciler.stop()
         if self.workers is not None:
             await self.workers.stop()
         if self.fleet is not None:
@@ -110,18 +119,39 @@ class Service:
         self.store.close()
 
 
+def recover_at_startup(store: EmbeddedQueue, settings: Settings) -> None:
+    """What a dead process left: its steps' processes killed, its runs requeued (or failed past
+    their attempts, due to be reported), its workspaces removed. Nothing runs yet."""
+    killed = kill_leftovers(store.step_processes())
+    for group in store.step_processes():
+        store.forget_step_process(group)
+    if killed:
+        log.warning("leftover steps of dead runs killed", count=len(killed), steps=[g.step for g in killed])
+    requeued, failed = store.recover(settings.max_attempts)
+    if requeued or failed:
+        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    removed = remove_stale_workspaces(settings.workspace_root)
+    if removed:
+        log.info("workspaces of dead runs removed", count=removed)
+
+
 async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
     settings.require_serving()
     if settings.is_postgres:
         return await _build(settings, *await _fleet_parts(settings))
     store = SQLiteStore(settings.sqlite_path)
-    requeued, failed = store.recover(settings.max_attempts)
-    if requeued or failed:
-        log.warning("interrupted runs recovered", requeued=requeued, failed=failed)
+    await asyncio.to_thread(recover_at_startup, store, settings)
     await asyncio.to_thread(check_engine_at_startup, settings)
     session = aiohttp.ClientSession()
-    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    app = _github_app(settings, session)
     locks = PrLocks()
+    reconciler = Reconciler(
+        store,
+        app,
+        locks,
+        interval_s=settings.reconcile_interval_s,
+        take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
+    )
     executor = RunExecutor(
         store,
         runner or runner_factory(service_policy(settings)),
@@ -129,15 +159,33 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         cache_root=settings.cache_root,
         app=app,
         locks=locks,
+        reconciler=reconciler,
     )
-    workers = WorkerPool(store, executor, concurrency=settings.workers)
-    return await _build(settings, store, locks, session, app, workers, None)
+    workers = WorkerPool(
+        store,
+        executor,
+        concurrency=settings.workers,
+        heartbeat_s=settings.heartbeat_s,
+        publish=reconciler.publish,
+    )
+    return await _build(settings, store, locks, session, app, reconciler, workers, None)
+
+
+def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
+    return GitHubApp(
+        session,
+        int(settings.app_id or 0),
+        settings.private_key_text(),
+        settings.github_api_url,
+        retry=settings.retry_policy(),
+    )
 
 
 async def _fleet_parts(
     settings: Settings,
-) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, None, FleetLoops]:
-    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the fleet's loops."""
+) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, Reconciler, None, FleetLoops]:
+    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the reconciler
+    (publishing only: the reaper takes back stalled runs) and the fleet's loops."""
     store = await asyncio.to_thread(
         partial(
             FleetStore, settings.database_url, delivery_lease=timedelta(seconds=settings.delivery_lease_s)
@@ -146,18 +194,19 @@ async def _fleet_parts(
     locks = AdvisoryPrLocks(settings.database_url)
     await locks.open()
     session = aiohttp.ClientSession()
-    app = GitHubApp(session, int(settings.app_id or 0), settings.private_key_text(), settings.github_api_url)
+    app = _github_app(settings, session)
+    reconciler = Reconciler(store, app, locks, interval_s=settings.reconcile_interval_s)
     fleet = FleetLoops(
         store,
         app,
-        RunReporting(store, app, locks, refresh_waiting=False),
+        reconciler,
         locks,
         settings.database_url,
         heartbeat_s=settings.heartbeat_s,
         stalled_after_s=settings.stalled_after_s,
         max_attempts=settings.max_attempts,
     )
-    return store, locks, session, app, None, fleet
+    return store, locks, session, app, reconciler, None, fleet
 
 
 async def _build(
@@ -166,23 +215,29 @@ async def _build(
     locks: PrLocking,
     session: aiohttp.ClientSession,
     app: GitHubApp,
+    reconciler: Reconciler,
     workers: WorkerPool | None,
     fleet: FleetLoops | None,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
-    async def context_for(event: sansio.Event) -> HandlerContext:
-        installation = (event.data.get("installation") or {}).get("id")
+    async def context_for(installation: int | None) -> HandlerContext:
         bot_login = await app.bot_login()
-        gh = await app.client(int(installation)) if installation else None
-        reporter = GitHubReporter(gh, store, locks, bot_login) if gh is not None else None
+        gh = await app.client(installation) if installation is not None else None
+        reporter = (
+            GitHubReporter(gh, store, locks, bot_login, app_id=app.app_id, retry=app.retry)
+            if gh is not None
+            else None
+        )
         return HandlerContext(
             gh=gh,
             store=store,
             reporter=reporter,
-            scheduler=Scheduler(store, locks, reporter, wake=workers.wake if workers else lambda: None),
-            installation_id=int(installation) if installation else None,
+            scheduler=Scheduler(
+                store, locks, reporter, wake=workers.wake if workers else lambda: None, reconciler=reconciler
+            ),
+            installation_id=installation,
             bot_login=bot_login,
         )
 
@@ -193,16 +248,23 @@ async def _build(
         wake=recorded,
         concurrency=DISPATCH_CONCURRENCY if fleet is not None else 1,
     )
-    web_app = create_web_app(settings.webhook_secret.get_secret_value(), store, on_recorded=recorded.set)
-    return Service(settings, store, dispatcher, workers, session, app, web_app, fleet)
+    supervisor = Supervisor()
+    web_app = create_web_app(
+        settings.webhook_secret.get_secret_value(),
+        store,
+        on_recorded=recorded.set,
+        loops_down=supervisor.down,
+    )
+    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, fleet)
 
 
 async def start_service(service: Service) -> None:
+    service.reconciler.start(service.supervisor)  # its first pass finishes what the last process left due
     if service.workers is not None:
-        service.workers.start()
+        service.workers.start(service.supervisor)
     if service.fleet is not None:
-        service.fleet.start()
-    service.dispatcher.start()
+        service.fleet.start(service.supervisor)
+    service.dispatcher.start(service.supervisor)
 
 
 async def serve(settings: Settings) -> None:

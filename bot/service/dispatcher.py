@@ -3,13 +3,15 @@
 A delivery is marked ``dispatched`` only after its handlers finished, so a crash between the
 202 and the handlers loses nothing: the next start dispatches it again. A delivery whose handlers
 keep failing is retried a few times, then marked ``failed`` with the error (never silently lost).
+A delivery whose payload does not have the shape the handlers read (``handlers.events``) is
+marked ``failed`` at once with one line naming the field: the same bytes would fail again.
+A delivery no handler listens to is marked ``dispatched`` without a call to GitHub.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,10 +21,13 @@ from gidgethub.routing import Router
 
 from bot.service.store.protocol import Store
 from bot.service.store.records import Delivery, DeliveryStatus
+from bot.service.supervisor import Supervisor
+from handlers.events import Envelope, MalformedPayload, parse, read_body
 
 log = structlog.get_logger(__name__)
 
-ContextFactory = Callable[[sansio.Event], Awaitable[Any]]
+ContextFactory = Callable[[int | None], Awaitable[Any]]  # installation id → handler context
+ERROR_MAX = 500  # characters of an error kept with a failed delivery
 MAX_DELIVERY_ATTEMPTS = 3
 RETRY_BASE_DELAY_S = 5.0
 
@@ -49,8 +54,8 @@ class Dispatcher:
         self._poll = poll_interval
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="dispatcher")
+    def start(self, supervisor: Supervisor) -> None:
+        self._task = supervisor.keep("dispatcher", self._loop)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -107,27 +112,24 @@ class Dispatcher:
     async def dispatch(self, delivery: Delivery) -> None:
         structlog.contextvars.bind_contextvars(delivery_id=delivery.delivery_id, event=delivery.event)
         try:
-            data = json.loads(delivery.body)
-            event = sansio.Event(data, event=delivery.event, delivery_id=delivery.delivery_id)
-            structlog.contextvars.bind_contextvars(
-                action=data.get("action"),
-                repo=(data.get("repository") or {}).get("full_name"),
+            await self._handle(delivery)
+        except MalformedPayload as exc:
+            log.warning("delivery malformed; not retried", error=str(exc))
+            await asyncio.to_thread(
+                self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.FAILED, str(exc)
             )
-            ctx = await self._context_factory(event)
-            await self._router.dispatch(event, ctx)
         except Exception as exc:
             attempts = delivery.attempts + 1
             log.exception("delivery handling failed", attempt=attempts)
+            error = _one_line(exc)
             if attempts >= MAX_DELIVERY_ATTEMPTS:
                 await asyncio.to_thread(
-                    self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.FAILED, repr(exc)
+                    self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.FAILED, error
                 )
             else:
                 # GitHub's hiccups pass: wait longer after each failure (5 s, then 20 s).
                 delay = self.retry_base_delay_s * 4 ** (attempts - 1)
-                await asyncio.to_thread(
-                    self._store.retry_delivery_later, delivery.delivery_id, repr(exc), delay
-                )
+                await asyncio.to_thread(self._store.retry_delivery_later, delivery.delivery_id, error, delay)
         else:
             await asyncio.to_thread(
                 self._store.finish_delivery, delivery.delivery_id, DeliveryStatus.DISPATCHED
@@ -135,3 +137,22 @@ class Dispatcher:
             log.info("delivery handled")
         finally:
             structlog.contextvars.unbind_contextvars("delivery_id", "event", "action", "repo")
+
+    async def _handle(self, delivery: Delivery) -> None:
+        # In a thread: a large body does not hold up the event loop, and a thread's stack is
+        # shallower than the intake's, so whatever nesting the intake parsed parses here too.
+        data = await asyncio.to_thread(read_body, delivery.body)
+        envelope = parse(Envelope, data)
+        repo = envelope.repository.full_name if envelope.repository is not None else None
+        structlog.contextvars.bind_contextvars(action=envelope.action, repo=repo)
+        event = sansio.Event(data, event=delivery.event, delivery_id=delivery.delivery_id)
+        if not self._router.fetch(event):
+            return  # no handler listens: no installation token, no call to GitHub
+        installation = envelope.installation.id if envelope.installation is not None else None
+        await self._router.dispatch(event, await self._context_factory(installation))
+
+
+def _one_line(exc: Exception) -> str:
+    """The error kept with a delivery: its type and message, on one bounded line."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= ERROR_MAX else text[: ERROR_MAX - 1] + "…"

@@ -1,10 +1,19 @@
-"""Executes one claimed job: report it started, run the pipeline, record and report the result."""
+"""Executes one claimed job: report it started, run the pipeline, record and report the result.
+
+Each check's run completes as soon as its result is known (:class:`EarlyResults`); the final
+state is recorded in the store, due to be reported, and published at once by the reconciler,
+which tries again on its next pass if GitHub could not be told.
+
+With several hosts an agent runs the pipeline (:func:`run_pipeline`, the same code) and the
+service tells GitHub what it recorded: :func:`report_started` when a run starts, the reconciler's
+``publish`` (after :func:`remember`) when it ends.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -12,78 +21,68 @@ import structlog
 
 from bot.core.config import RepoConfig
 from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
-from bot.core.verdict import Verdict, verdict
 from bot.render.check_results import render_check_runs
-from bot.render.check_runs import render_in_progress_output
+from bot.render.check_runs import CheckRunOutput, render_in_progress_output
 from bot.service.github import GitHubApp
+from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.backends.base import RunnerFactory
+from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
 
-REACTION_PASSED = "rocket"
 QUEUE_REFRESH_LIMIT = 10  # waiting PRs whose summaries are refreshed when a run starts
-REACTION_FAILED = "confused"
 
 
-class RunReporting:
-    """What GitHub is told about a run: that it started, and its result (check runs, the summary,
-    the reaction to the comment that asked for it). The in-process worker calls it around each
-    run; with several hosts, the service calls it for the state changes the agents record."""
-
+class RunExecutor:
     def __init__(
-        self, store: Store, app: GitHubApp | None, locks: PrLocking, *, refresh_waiting: bool = True
+        self,
+        store: Store,
+        runner_factory: RunnerFactory,
+        *,
+        workspace_root: Path,
+        cache_root: Path,
+        app: GitHubApp | None = None,
+        locks: PrLocking | None = None,
+        reconciler: Reconciler | None = None,
     ):
         self.store = store
+        self.runner_factory = runner_factory
+        self.workspace_root = workspace_root
+        self.cache_root = cache_root
         self.app = app
-        self.locks = locks
-        # One machine: a run that starts moves every waiting PR up one place, and their summaries
-        # say so. Several hosts start runs on many agents at once: refreshing waiting summaries at
-        # each start costs O(waiting) per run; there, a summary is refreshed when its own run moves.
-        self.refresh_waiting = refresh_waiting
+        self.locks = locks or PrLocks()
+        self.reconciler = reconciler or Reconciler(store, app, self.locks)
 
-    async def reporter(self, job: Job) -> GitHubReporter | None:
-        installation = job.request.installation_id
-        if self.app is None or installation is None:
-            return None
-        gh = await self.app.client(installation)
-        return GitHubReporter(gh, self.store, self.locks, await self.app.bot_login())
-
-    async def started(self, job: Job) -> None:
-        reporter = await self.reporter(job)
+    async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
+        reporter = await self.reconciler.reporter(job)
+        token = (
+            await self.app.installation_token(job.request.installation_id)
+            if self.app and job.request.installation_id
+            else None
+        )
         pr = job.pr_number
-        if self.refresh_waiting:
-            await _send_reports("queue positions", self._refresh_waiting(job))
+        await _send_reports("queue positions", self._refresh_waiting(job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
             job = fresh or job
-            await _send_reports(
-                "start",
-                reporter.update_check_runs(
-                    job.repo, job.check_runs, render_in_progress_output(job.environment)
-                ),
-                reporter.refresh_summary(job.repo, pr),
+            await report_started(reporter, job)
+        early = EarlyResults(self.store, job, reporter)
+        report = await self._execute(job, cancel, token, early)
+        await early.drain()
+        if not await asyncio.to_thread(
+            self.store.finish, job.id, report.state, report, report.error, attempt=job.attempts
+        ):
+            log.warning(
+                "the run was taken back from this worker; its result is dropped", state=report.state.value
             )
-
-    async def finished(self, job: Job, report: RunReport) -> None:
-        await self._remember(job, report)
-        reporter = await self.reporter(job)
-        pr = job.pr_number
-        if reporter is None or pr is None:
             return
-        await _send_reports(
-            "result",
-            reporter.update_check_runs(job.repo, job.check_runs, render_check_runs(report)),
-            reporter.refresh_summary(job.repo, pr),
-        )
-        if job.request.comment_id is not None and report.state != RunState.CANCELLED:
-            good = report.state == RunState.SUCCEEDED and not _has_failures(report)
-            content = REACTION_PASSED if good else REACTION_FAILED
-            await _send_reports("reaction", reporter.react(job.repo, job.request.comment_id, content))
+        await remember(self.store, self.locks, job, report)
+        log.info("run finished", state=report.state.value, error=report.error)
+        await self.reconciler.publish(job.id)
 
     async def _refresh_waiting(self, started: Job) -> None:
         """Everyone behind a run that starts moved up one place: their summaries say so.
@@ -99,26 +98,60 @@ class RunReporting:
             if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
                 waiting.setdefault((other.repo, other.pr_number), other)
         for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-            reporter = await self.reporter(other)
+            reporter = await self.reconciler.reporter(other)
             if reporter is not None:
                 await reporter.refresh_summary(repo, number)
 
-    async def _remember(self, job: Job, report: RunReport) -> None:
-        if (
-            job.request.kind == RunKind.BASELINE
-            and report.probe is not None
-            and report.state == RunState.SUCCEEDED
-        ):
-            await asyncio.to_thread(self.store.save_baseline, job.repo, job.environment, report.probe)
-        if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
-            return
-        failed = sorted(
-            r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
+    async def _execute(
+        self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
+    ) -> RunReport:
+        baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
+        return await run_pipeline(
+            job,
+            cancel,
+            token=token,
+            baseline=baseline,
+            runner_factory=self.runner_factory,
+            workspace_root=self.workspace_root,
+            cache_root=self.cache_root,
+            progress=early,
+            processes=StoreLedger(self.store, job.id, job.attempts),
         )
-        async with self.locks(job.repo, job.pr_number):  # the reporter writes the same row
-            state = await asyncio.to_thread(self.store.pull_state, job.repo, job.pr_number)
-            state.failed_tests[job.environment] = failed
-            await asyncio.to_thread(self.store.save_pull_state, state)
+
+
+async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) -> None:
+    """What a final run leaves for later runs: a default-branch run's probe (the CI reference),
+    a PR run's failing tests (for ``/retest-gpu failed``). Done by the process that records the
+    run's end (one machine) or reports it (several hosts: agents may not write these rows)."""
+    if (
+        job.request.kind == RunKind.BASELINE
+        and report.probe is not None
+        and report.state == RunState.SUCCEEDED
+    ):
+        await asyncio.to_thread(store.save_baseline, job.repo, job.environment, report.probe)
+    if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
+        return
+    failed = sorted(
+        r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
+    )
+    async with locks(job.repo, job.pr_number):  # the reporter writes the same row
+        state = await asyncio.to_thread(store.pull_state, job.repo, job.pr_number)
+        state.failed_tests[job.environment] = failed
+        await asyncio.to_thread(store.save_pull_state, state)
+
+
+async def report_started(reporter: GitHubReporter, job: Job) -> None:
+    """A run started: its check runs in progress (created if missing), the summary refreshed."""
+    assert job.pr_number is not None
+    await _send_reports(
+        "start",
+        reporter.sync_check_runs(
+            job,
+            render_in_progress_output(job.environment, attempt=job.attempts),
+            while_state=RunState.RUNNING,
+        ),
+        reporter.refresh_summary(job.repo, job.pr_number),
+    )
 
 
 async def run_pipeline(
@@ -130,8 +163,11 @@ async def run_pipeline(
     runner_factory: RunnerFactory,
     workspace_root: Path,
     cache_root: Path,
+    progress: Callable[[RunReport], Awaitable[None]] | None = None,
+    processes: ProcessLedger | None = None,
 ) -> RunReport:
-    """Run one job's pipeline; ``cancel`` stops it (and its container) and ends it cancelled."""
+    """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
+    container) and ends it cancelled."""
     config = job.request.config or RepoConfig()
     environment = config.environment(job.environment)
     if environment is None:
@@ -144,6 +180,9 @@ async def run_pipeline(
         cache_root=cache_root,
         token=token,
         baseline=baseline,
+        attempt=job.attempts,
+        progress=progress,
+        processes=processes,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
     run = asyncio.create_task(pipeline.execute())
@@ -159,48 +198,6 @@ async def run_pipeline(
             await stop
 
 
-class RunExecutor:
-    """One machine: the worker pool's executor runs the pipeline here and reports around it."""
-
-    def __init__(
-        self,
-        store: Store,
-        runner_factory: RunnerFactory,
-        *,
-        workspace_root: Path,
-        cache_root: Path,
-        app: GitHubApp | None = None,
-        locks: PrLocking | None = None,
-    ):
-        self.store = store
-        self.runner_factory = runner_factory
-        self.workspace_root = workspace_root
-        self.cache_root = cache_root
-        self.app = app
-        self.locks = locks or PrLocks()
-        self.reporting = RunReporting(store, app, self.locks)
-
-    async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
-        installation = job.request.installation_id
-        token = None
-        if self.app is not None and installation is not None:
-            token = await self.app.installation_token(installation)
-        await self.reporting.started(job)
-        baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
-        report = await run_pipeline(
-            job,
-            cancel,
-            token=token,
-            baseline=baseline,
-            runner_factory=self.runner_factory,
-            workspace_root=self.workspace_root,
-            cache_root=self.cache_root,
-        )
-        await asyncio.to_thread(self.store.finish, job.id, report.state, report, report.error)
-        log.info("run finished", state=report.state.value, error=report.error)
-        await self.reporting.finished(job, report)
-
-
 async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
     """Send reports one after another; a GitHub error is logged, and never loses the run's result,
     which is in the store already and is sent again at the next refresh of the PR."""
@@ -214,5 +211,52 @@ async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
             return
 
 
-def _has_failures(report: RunReport) -> bool:
-    return verdict(report) not in (Verdict.PASS, Verdict.FLAKY_ONLY, Verdict.NOTHING_TO_CHECK)
+class EarlyResults:
+    """The pipeline's progress callback: each check's run completes as soon as its result is known.
+
+    The results so far go into the store at once (the summary shows them); GitHub is told in the
+    background, one update after another, so the run never waits for GitHub.
+    """
+
+    def __init__(self, store: Store, job: Job, reporter: GitHubReporter | None):
+        self.store = store
+        self.job = job
+        self.reporter = reporter
+        self._sending: asyncio.Task[None] | None = None
+
+    async def __call__(self, report: RunReport) -> None:
+        if not await asyncio.to_thread(self.store.save_progress, self.job.id, self.job.attempts, report):
+            return
+        if self.reporter is None or self.job.pr_number is None:
+            return
+        done = [out for out in render_check_runs(report) if out.status == "completed"]
+        previous = self._sending
+        self._sending = asyncio.create_task(self._send(previous, done))
+
+    async def _send(self, previous: asyncio.Task[None] | None, done: list[CheckRunOutput]) -> None:
+        if previous is not None:
+            await previous
+        assert self.reporter is not None and self.job.pr_number is not None
+        await _send_reports(
+            "early results",
+            self.reporter.sync_check_runs(self.job, done, while_state=RunState.RUNNING),
+            self.reporter.refresh_summary(self.job.repo, self.job.pr_number),
+        )
+
+    async def drain(self) -> None:
+        """Wait for the updates under way: the final one must come after them."""
+        if self._sending is not None:
+            await self._sending
+
+
+class StoreLedger:
+    """The host runner's process groups of one attempt, recorded in the store."""
+
+    def __init__(self, store: Store, job_id: str, attempt: int):
+        self.store, self.job_id, self.attempt = store, job_id, attempt
+
+    def started(self, process: StepProcess) -> None:
+        self.store.record_step_process(self.job_id, self.attempt, process)
+
+    def ended(self, process: StepProcess) -> None:
+        self.store.forget_step_process(process)

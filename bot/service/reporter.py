@@ -30,8 +30,9 @@ from bot.render.comment import (
     render_comment,
     render_pr_comment,
 )
+from bot.service.github import RetryPolicy, retrying
 from bot.service.store.protocol import Store
-from bot.service.store.records import Job
+from bot.service.store.records import Job, PullState
 
 log = structlog.get_logger(__name__)
 
@@ -42,16 +43,38 @@ class PrLocking(Protocol):
     (:class:`bot.service.fleet.locks.AdvisoryPrLocks`)."""
 
     def __call__(self, repo: str, pr_number: int) -> AbstractAsyncContextManager[Any]: ...
+    def job(self, job_id: str) -> AbstractAsyncContextManager[Any]:
+        """One lock per job: whoever sends its check runs holds it (see :class:`PrLocks`)."""
+        ...
 
 
 class PrLocks:
-    """One lock per PR in this process: comment edits and scheduling for a PR never interleave."""
+    """One lock per PR in this process: comment edits and scheduling for a PR never interleave.
+
+    ``job(id)`` is one lock per job: whoever sends a job's check runs (its worker, the reconciler)
+    holds it, so two of them never create the same check run at once.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[tuple[str, int], asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._jobs: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def __call__(self, repo: str, pr_number: int) -> asyncio.Lock:
         return self._locks[(repo, pr_number)]
+
+    def job(self, job_id: str) -> asyncio.Lock:
+        return self._jobs[job_id]
+
+
+def _digest(out: CheckRunOutput) -> str:
+    """What decides whether a check run is sent again. A completed check's result is its
+    conclusion, title, text and annotations; its summary's header (the run's duration so far)
+    alone changing sends nothing, so a check completed early is not sent again at the end, and
+    its annotations, which GitHub appends on every update, are never doubled."""
+    fields = {"status", "conclusion", "title", "text", "annotations", "kind"}
+    if out.status != "completed":
+        fields.add("summary")
+    return hashlib.sha256(out.model_dump_json(include=fields).encode()).hexdigest()[:32]
 
 
 def _stage_of(job: Job) -> Stage:
@@ -77,38 +100,119 @@ def _worst(verdicts: list[Verdict]) -> Verdict:
 
 
 class GitHubReporter:
-    def __init__(self, gh: GitHubAPI, store: Store, locks: PrLocking, bot_login: str):
+    def __init__(
+        self,
+        gh: GitHubAPI,
+        store: Store,
+        locks: PrLocking,
+        bot_login: str,
+        *,
+        app_id: int | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.gh = gh
         self.store = store
         self.locks = locks
         self.bot_login = bot_login
         self.app_slug = bot_login.removesuffix("[bot]")
+        self.app_id = app_id
+        self.retry = retry or RetryPolicy()
+
+    def _retrying(self) -> Any:
+        # After a lost answer each retry first looks for what the previous attempt may have made.
+        return retrying(self.retry)
 
     # --- check runs ------------------------------------------------------------------------------
 
     async def create_check_runs(
-        self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput]
+        self, repo: str, head_sha: str, outputs: Sequence[CheckRunOutput], *, key: str
     ) -> dict[str, int]:
+        """Check runs not tied to a job (awaiting approval): tagged ``{key}/{kind}``, found again
+        rather than created twice when the same event is handled again."""
+        existing = await self.find_check_runs(repo, head_sha)
         ids: dict[str, int] = {}
         for out in outputs:
-            batches = annotation_batches(out.annotations)
-            body = out.request_body(batches[0] if batches else None) | {"head_sha": head_sha}
-            created = await self.gh.post(f"/repos/{repo}/check-runs", data=body)
-            ids[out.kind.value] = int(created["id"])
-            await self._more_annotations(repo, ids[out.kind.value], out, batches[1:])
+            external_id = f"{key}/{out.kind.value}"
+            ids[out.kind.value] = await self._send(
+                repo, head_sha, external_id, existing.get(external_id), out
+            )
         return ids
 
-    async def update_check_runs(
-        self, repo: str, ids: dict[str, int], outputs: Sequence[CheckRunOutput]
+    async def sync_check_runs(
+        self, job: Job, outputs: Sequence[CheckRunOutput], *, while_state: RunState | None = None
     ) -> None:
-        for out in outputs:
-            check_id = ids.get(out.kind.value)
-            if check_id is None:
-                continue
-            batches = annotation_batches(out.annotations)
-            body = out.request_body(batches[0] if batches else None)
+        """Bring the job's check runs to ``outputs``: each missing one created (looked up first if a
+        request may already have created it), each changed one updated, an unchanged one left alone.
+        With ``while_state``, nothing is sent once the job has left that state (a queued job's
+        outputs never overwrite a running one's)."""
+        async with self.locks.job(job.id):
+            stored: Job | None = await asyncio.to_thread(self.store.get_job, job.id)
+            job = stored or job
+            if while_state is not None and job.state != while_state:
+                return
+            existing: dict[str, int] = {}
+            missing = any(out.kind.value not in job.check_runs for out in outputs)
+            if missing and await asyncio.to_thread(self.store.intend_check_runs, job.id):
+                existing = await self.find_check_runs(job.repo, job.head_sha)
+            for out in outputs:
+                kind, digest = out.kind.value, _digest(out)
+                if job.check_run_sent.get(kind) == digest:
+                    continue
+                known = job.check_runs.get(kind) or existing.get(job.external_id(kind))
+                check_id = await self._send(job.repo, job.head_sha, job.external_id(kind), known, out)
+                if kind not in job.check_runs:
+                    await asyncio.to_thread(self.store.set_check_runs, job.id, {kind: check_id})
+                await asyncio.to_thread(self.store.set_check_run_sent, job.id, kind, digest)
+
+    async def _send(
+        self, repo: str, head_sha: str, external_id: str, check_id: int | None, out: CheckRunOutput
+    ) -> int:
+        batches = annotation_batches(out.annotations)
+        body = out.request_body(batches[0] if batches else None)
+        if check_id is None:
+            check_id = await self._create(repo, head_sha, external_id, body)
+        else:
             await self.gh.patch(f"/repos/{repo}/check-runs/{check_id}", data=body)
-            await self._more_annotations(repo, check_id, out, batches[1:])
+        await self._more_annotations(repo, check_id, out, batches[1:])
+        return check_id
+
+    async def _create(self, repo: str, head_sha: str, external_id: str, body: dict[str, Any]) -> int:
+        """POST a check run; after a lost answer, look it up by external id before posting again."""
+        body = body | {"head_sha": head_sha, "external_id": external_id}
+        async for attempt in self._retrying():
+            with attempt:
+                if attempt.num > 1:
+                    found = (await self.find_check_runs(repo, head_sha)).get(external_id)
+                    if found is not None:
+                        log.info("check run found after a lost answer", external_id=external_id)
+                        await self.gh.patch(f"/repos/{repo}/check-runs/{found}", data=_without_head(body))
+                        return found
+                created = await self.gh.post(f"/repos/{repo}/check-runs", data=body)
+                return int(created["id"])
+        raise AssertionError("unreachable")
+
+    async def _our_check_runs(self, repo: str, head_sha: str) -> list[dict[str, Any]]:
+        """This App's check runs on the commit, every one (``filter=all``), not only the latest."""
+        url = f"/repos/{repo}/commits/{head_sha}/check-runs?filter=all&per_page=100"
+        if self.app_id is not None:
+            url += f"&app_id={self.app_id}"
+        return [run async for run in self.gh.getiter(url, iterable_key="check_runs")]
+
+    async def find_check_runs(self, repo: str, head_sha: str) -> dict[str, int]:
+        """This App's check runs on the commit, by external id (the oldest of any duplicates)."""
+        found: dict[str, int] = {}
+        for run in await self._our_check_runs(repo, head_sha):
+            external_id, check_id = run.get("external_id"), int(run["id"])
+            if external_id:
+                found[external_id] = min(check_id, found.get(external_id, check_id))
+        return found
+
+    async def list_open_check_runs(self, repo: str, head_sha: str) -> list[dict[str, Any]]:
+        """This App's check runs on the commit that are not completed."""
+        return [run for run in await self._our_check_runs(repo, head_sha) if run.get("status") != "completed"]
+
+    async def complete_check_run(self, repo: str, check_id: int, out: CheckRunOutput) -> None:
+        await self.gh.patch(f"/repos/{repo}/check-runs/{check_id}", data=out.request_body())
 
     async def _more_annotations(
         self, repo: str, check_id: int, out: CheckRunOutput, batches: list[list[dict[str, Any]]]
@@ -127,12 +231,21 @@ class GitHubReporter:
         *,
         override: tuple[Stage, str] | None = None,
     ) -> int | None:
-        """Rewrite the PR's one summary comment from the store's current view of the PR."""
+        """Rewrite the PR's one summary comment from the store's current view of the PR.
+
+        After a lost answer it tries again; a comment being posted is marked first, so the retry
+        looks for it before it posts another.
+        """
         async with self.locks(repo, pr_number):
-            body, current_verdict = await asyncio.to_thread(self._summary_body, repo, pr_number, override)
-            if body is None:
-                return None
-            return await self._upsert(repo, pr_number, body, current_verdict)
+            async for attempt in self._retrying():
+                with attempt:
+                    body, current_verdict = await asyncio.to_thread(
+                        self._summary_body, repo, pr_number, override
+                    )
+                    if body is None:
+                        return None
+                    return await self._upsert(repo, pr_number, body, current_verdict)
+        raise AssertionError("unreachable")
 
     def _summary_body(
         self, repo: str, pr_number: int, override: tuple[Stage, str] | None
@@ -163,8 +276,8 @@ class GitHubReporter:
             # While waiting, show the last finished run of this environment: still worth reading.
             done = [j for j in jobs if j.environment == job.environment and j.state == RunState.SUCCEEDED]
             report = self.store.report(done[-1].id) if done else None
-        if stage == Stage.DONE and report is None:
-            report = job.report_without_results(job.state, job.error or "the run ended without results")
+        if stage in (Stage.DONE, Stage.CANCELLED):
+            report = job.final_report(report)
         position = self.store.queue_position(job.id) if stage == Stage.QUEUED else None
         return CommentSection(
             environment=job.environment, stage=stage, report=report, queue_position=position
@@ -173,20 +286,26 @@ class GitHubReporter:
     async def _upsert(self, repo: str, pr_number: int, body: str, current_verdict: str | None) -> int:
         state = await asyncio.to_thread(self.store.pull_state, repo, pr_number)
         digest = hashlib.sha256(body.encode()).hexdigest()
-        if state.comment_id is None:
-            state.comment_id = await self._find_comment(repo, pr_number)
+        posted = False  # a post whose answer was lost did create the comment
+        if state.comment_id is None or state.comment_pending:
+            # Unknown, or a post whose answer was lost: what is on GitHub decides.
+            known = state.comment_id
+            state.comment_id = await self._one_comment(repo, pr_number)
+            posted = state.comment_pending and state.comment_id not in (None, known)
+            state.comment_pending = False
+            state.comment_body_hash = None
         fresh = False
-        if current_verdict is not None:
+        if current_verdict is not None and not posted:
             previous = Verdict(state.last_verdict) if state.last_verdict else None
             fresh = state.comment_id is not None and needs_new_comment(previous, Verdict(current_verdict))
-            state.last_verdict = current_verdict
         if state.comment_id is not None and fresh:
             # News that needs action (pass → fail): a new comment notifies people; the old one
             # goes only once the new one exists, so the PR never shows no summary.
-            created = await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
+            created = await self._post_comment(state, body)
             await self._delete_comment(repo, state.comment_id)
-            state.comment_id = int(created["id"])
+            state.comment_id = created
         elif state.comment_id is not None and state.comment_body_hash == digest:
+            state.last_verdict = current_verdict or state.last_verdict
             await asyncio.to_thread(self.store.save_pull_state, state)
             return state.comment_id
         elif state.comment_id is not None:
@@ -198,19 +317,34 @@ class GitHubReporter:
                 log.info("summary comment was deleted; posting a new one")
                 state.comment_id = None
         if state.comment_id is None:
-            created = await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
-            state.comment_id = int(created["id"])
+            state.comment_id = await self._post_comment(state, body)
+        if current_verdict is not None:
+            state.last_verdict = current_verdict
         state.comment_body_hash = digest
         await asyncio.to_thread(self.store.save_pull_state, state)
         return state.comment_id
 
-    async def _find_comment(self, repo: str, pr_number: int) -> int | None:
-        """Our comment by marker AND author: other tools copy markers, and users quote them."""
+    async def _post_comment(self, state: PullState, body: str) -> int:
+        """Post a new summary, marked pending in the store first (see :meth:`_upsert`)."""
+        state.comment_pending = True
+        await asyncio.to_thread(self.store.save_pull_state, state)
+        url = f"/repos/{state.repo}/issues/{state.pr_number}/comments"
+        created = await self.gh.post(url, data={"body": body})
+        state.comment_pending = False
+        return int(created["id"])
+
+    async def _one_comment(self, repo: str, pr_number: int) -> int | None:
+        """Our summary, found by marker AND author (other tools copy markers, users quote them).
+        Should there be more than one (a post whose answer was lost), the newest stays."""
+        ours: list[int] = []
         async for comment in self.gh.getiter(f"/repos/{repo}/issues/{pr_number}/comments?per_page=100"):
             user = comment.get("user") or {}
             if user.get("login") == self.bot_login and STICKY_MARKER in (comment.get("body") or ""):
-                return int(comment["id"])
-        return None
+                ours.append(int(comment["id"]))
+        for extra in ours[:-1]:
+            log.info("a second summary comment removed", comment_id=extra)
+            await self._delete_comment(repo, extra)
+        return ours[-1] if ours else None
 
     async def _delete_comment(self, repo: str, comment_id: int) -> None:
         try:
@@ -225,4 +359,14 @@ class GitHubReporter:
         await self.gh.post(f"/repos/{repo}/issues/{pr_number}/comments", data={"body": body})
 
     async def react(self, repo: str, comment_id: int, content: str) -> None:
-        await self.gh.post(f"/repos/{repo}/issues/comments/{comment_id}/reactions", data={"content": content})
+        # GitHub answers an existing reaction with itself: posting it again is safe.
+        async for attempt in self._retrying():
+            with attempt:
+                url = f"/repos/{repo}/issues/comments/{comment_id}/reactions"
+                await self.gh.post(url, data={"content": content})
+                return
+
+
+def _without_head(body: dict[str, Any]) -> dict[str, Any]:
+    """An update's body: the create-only fields left out."""
+    return {k: v for k, v in body.items() if k not in ("head_sha", "external_id")}

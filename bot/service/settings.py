@@ -13,6 +13,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.service.github import RetryPolicy
+
 KEY_LINE_MIN_LEN = 16
 
 
@@ -70,18 +72,32 @@ class Settings(BaseSettings):
         description="several service replicas: a delivery being handled by a replica that died is taken "
         "by another after this long",
     )
+    reconcile_interval_s: float = Field(
+        60.0, gt=0, le=3600, description="how often the reconciler finishes on GitHub what is due"
+    )
     heartbeat_s: float = Field(
-        10,
+        10.0,
         gt=0,
         le=300,
-        description="several hosts: how often an agent writes its heartbeat (and reapers look)",
+        description="how often a running job's worker (one machine) or an agent (several hosts) says it "
+        "lives, and how often the reapers of several hosts look",
     )
     stalled_after_s: float = Field(
-        60,
+        60.0,
         gt=0,
         le=3600,
-        description="several hosts: an agent silent this long has its runs taken back and rerun elsewhere; "
-        "the agent itself stops them two heartbeats earlier",
+        description="a running job whose worker or agent said nothing for this long is taken back (queued "
+        "again, or failed past its attempts); an agent stops its runs itself two heartbeats earlier",
+    )
+    github_retry_attempts: int = Field(5, ge=1, le=20, description="tries of one GitHub request")
+    github_retry_wait_s: float = Field(
+        0.5, gt=0, le=60, description="the first backoff before a retry (then doubling, with jitter)"
+    )
+    github_rate_limit_wait_s: float = Field(
+        60.0, ge=0, le=3600, description="the wait after a secondary rate limit that names no time"
+    )
+    github_max_wait_s: float = Field(
+        300.0, ge=0, le=86400, description="a longer rate limit fails the request; what is due is sent later"
     )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -123,8 +139,9 @@ class Settings(BaseSettings):
             raise ValueError("set PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH, not both")
         if self.stalled_after_s < 3 * self.heartbeat_s:
             raise ValueError(
-                "PARITYBOT_STALLED_AFTER_S must be at least 3 × PARITYBOT_HEARTBEAT_S: an agent stops "
-                "its runs two heartbeats before the reaper may give them away"
+                "PARITYBOT_STALLED_AFTER_S must be at least 3 × PARITYBOT_HEARTBEAT_S: a worker is "
+                "given up only after missing several heartbeats, and an agent stops its runs two "
+                "heartbeats before the reaper may give them away"
             )
         return self
 
@@ -199,6 +216,18 @@ class Settings(BaseSettings):
                 "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only (the host runner gives the code it "
                 "runs this machine's files, network and the service's rights)"
             )
+
+    def retry_policy(self) -> RetryPolicy:
+        wait = self.github_retry_wait_s
+        return RetryPolicy(
+            attempts=self.github_retry_attempts,
+            timeout_s=max(120.0, self.github_max_wait_s),
+            wait_initial_s=wait,
+            wait_max_s=60 * wait,
+            wait_jitter_s=2 * wait,
+            rate_limit_wait_s=self.github_rate_limit_wait_s,
+            max_wait_s=self.github_max_wait_s,
+        )
 
     def service_secrets(self) -> tuple[str, ...]:
         """Values no run's output may show: the webhook secret, the private key and its lines."""

@@ -2,6 +2,7 @@
 
 The webhook handler checks, commits the delivery to the store and answers; it never runs work
 inside the request. A 202 means the delivery is committed (or was already: a redelivery).
+`/healthz` answers 200 while every loop of the service runs, and 503 naming those that do not.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ log = structlog.get_logger(__name__)
 STORE_KEY = web.AppKey("store", Store)
 SECRET_KEY = web.AppKey("secret", str)
 ON_RECORDED_KEY: web.AppKey[Callable[[], None]] = web.AppKey("on_recorded")
+LOOPS_DOWN_KEY: web.AppKey[Callable[[], list[str]]] = web.AppKey("loops_down")
 
 
 async def webhook(request: web.Request) -> web.Response:
@@ -67,13 +69,20 @@ def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    down = request.app[LOOPS_DOWN_KEY]()
+    if down:
+        return web.json_response({"status": "unhealthy", "loops_down": down}, status=503)
     return web.json_response({"status": "ok"})
 
 
 def create_web_app(
-    secret: str, store: Store, on_recorded: Callable[[], None] = lambda: None
+    secret: str,
+    store: Store,
+    on_recorded: Callable[[], None] = lambda: None,
+    loops_down: Callable[[], list[str]] = list,
 ) -> web.Application:
-    """The HTTP side only; ``on_recorded`` is called after each new delivery is committed."""
+    """The HTTP side only; ``on_recorded`` is called after each new delivery is committed,
+    ``loops_down`` names the service's loops that are not running (for /healthz)."""
     if not secret:
         raise ValueError("a webhook secret is required")
     # Bodies are never decoded by the server: a coded one is refused before it is read.
@@ -81,6 +90,7 @@ def create_web_app(
     app[SECRET_KEY] = secret
     app[STORE_KEY] = store
     app[ON_RECORDED_KEY] = on_recorded
+    app[LOOPS_DOWN_KEY] = loops_down
     app.router.add_post("/webhook", webhook)
     app.router.add_get("/healthz", healthz)
     return app

@@ -2,11 +2,12 @@
 
 Grammar, one command per line::
 
-    /retest-gpu [failed | all] [env=NAME ...]
+    /retest-gpu [failed | all] [perf] [env=NAME ...]
     /retest-gpu help
 
 * No argument reruns the targeted selection, ``failed`` only the tests that failed in the last
-  run, ``all`` the whole suite. ``env=NAME`` (``NAME``: ``[A-Za-z0-9][A-Za-z0-9._-]*``, at most
+  run, ``all`` the whole suite; ``perf`` also compares the benchmarks, base against head, where
+  the config's ``performance.when`` lists ``command``. ``env=NAME`` (``NAME``: ``[A-Za-z0-9][A-Za-z0-9._-]*``, at most
   64 characters, the rule environment names follow in the config) picks the environment; it may
   stand anywhere among the arguments and may be repeated for several environments.
 * The command word and the keywords are matched case-insensitively (``/Retest-GPU ALL`` works:
@@ -55,6 +56,7 @@ class RetestCommand(Model):
     scope: RunScope = RunScope.SELECTED
     envs: list[str] = Field(default_factory=list, description="environment names, each once")
     help: bool = Field(False, description="the user asked for the usage; reply, run nothing")
+    perf: bool = Field(False, description="compare the benchmarks too (docs/performance.md)")
 
 
 class CommandParse(Model):
@@ -201,7 +203,8 @@ class _CommandLine:
         """What makes two command lines "the same command" for edit detection."""
         if self.command is None:
             return ("invalid", " ".join(self.text.lower().split()))
-        return ("valid", self.command.scope, tuple(sorted(self.command.envs)), self.command.help)
+        command = self.command
+        return ("valid", command.scope, tuple(sorted(command.envs)), command.help, command.perf)
 
 
 def _shown(arg: str) -> str:
@@ -216,6 +219,7 @@ def _parse_args(args: list[str]) -> tuple[RetestCommand, list[str]]:
     scope: RunScope | None = None
     envs: list[str] = []
     wants_help = False
+    perf = False
     errors: list[str] = []
     for arg in args:
         word = arg.lower()
@@ -226,6 +230,8 @@ def _parse_args(args: list[str]) -> tuple[RetestCommand, list[str]]:
             scope = new_scope
         elif word == "help":
             wants_help = True
+        elif word == "perf":
+            perf = True
         elif word.startswith("env="):
             name = arg[len("env=") :]
             if not _ENV_NAME.fullmatch(name) or len(name) > ENV_NAME_MAX:
@@ -237,7 +243,7 @@ def _parse_args(args: list[str]) -> tuple[RetestCommand, list[str]]:
                 envs.append(name)
         else:
             errors.append(f"unknown argument {_shown(arg)}")
-    command = RetestCommand(scope=scope or RunScope.SELECTED, envs=envs, help=wants_help)
+    command = RetestCommand(scope=scope or RunScope.SELECTED, envs=envs, help=wants_help, perf=perf)
     return command, errors
 
 
@@ -261,7 +267,9 @@ def merge_requests(requests: Iterable[RetestCommand]) -> RetestCommand | None:
         return None
     scope = max((r.scope for r in requests), key=_SCOPE_RANK.__getitem__)
     envs = list(dict.fromkeys(env for r in requests for env in r.envs))
-    return RetestCommand(scope=scope, envs=envs, help=any(r.help for r in requests))
+    return RetestCommand(
+        scope=scope, envs=envs, help=any(r.help for r in requests), perf=any(r.perf for r in requests)
+    )
 
 
 def parse_comment(body: str) -> CommandParse:
@@ -302,6 +310,8 @@ def usage_text() -> str:
             f"| `{COMMAND} all` | the whole test suite |",
             f"| `{COMMAND} env=NAME` | the same, in the environment `NAME` from the config; "
             "repeat `env=` for several, combine with `failed` or `all` |",
+            f"| `{COMMAND} perf` | the tests, and the benchmarks compared base against head, when the "
+            "config's `performance.when` lists `command` |",
             f"| `{COMMAND} help` | this message |",
             "",
             f"Example: `{COMMAND} failed env=cuda12`. Several commands in one comment make one run.",

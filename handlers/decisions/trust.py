@@ -23,7 +23,7 @@ only those, and passes the answers in as :class:`UserFacts`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 from bot.core.config import TrustSettings
 from bot.core.kinds import COMMAND
 from bot.core.models import Model
+from handlers.events import Comment, PullRequest, User
 
 TRUSTED_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 _SHORT_SHA = 7
@@ -146,39 +147,36 @@ class TrustDecision(Model):
 # --- Payload parsing --------------------------------------------------------------------------------
 
 
-def pr_facts_from_payload(pull_request: Mapping[str, Any]) -> PrFacts:
-    """Build :class:`PrFacts` from a webhook's or the REST API's ``pull_request`` object."""
-    user = pull_request.get("user") or {}
-    head_repo = (pull_request.get("head") or {}).get("repo")
-    base_repo = (pull_request.get("base") or {}).get("repo") or {}
+def pr_facts_from_payload(pull: PullRequest) -> PrFacts:
+    """Build :class:`PrFacts` from a webhook's or the REST API's pull request."""
+    head_repo, base_repo = pull.head.repo, pull.base.repo
     # head.repo is null when the fork was deleted: the code's origin can no longer be known.
     if head_repo is None:
         is_fork = True
-    elif head_repo.get("id") is not None and base_repo.get("id") is not None:
-        is_fork = head_repo["id"] != base_repo["id"]
+    elif head_repo.id is not None and base_repo.id is not None:
+        is_fork = head_repo.id != base_repo.id
     else:
-        is_fork = str(head_repo.get("full_name", "")).lower() != str(base_repo.get("full_name", "")).lower()
+        is_fork = head_repo.full_name.lower() != base_repo.full_name.lower()
     return PrFacts(
-        author_login=user.get("login", ""),
-        author_association=pull_request.get("author_association") or "NONE",
-        author_is_bot=user.get("type") == "Bot",
+        author_login=pull.user.login if pull.user is not None else "",
+        author_association=pull.author_association,
+        author_is_bot=pull.user is not None and pull.user.type == "Bot",
         is_fork=is_fork,
-        head_sha=pull_request["head"]["sha"],
+        head_sha=pull.head.sha,
     )
 
 
-def commenter_from_payload(comment: Mapping[str, Any], sender: Mapping[str, Any] | None = None) -> Commenter:
+def commenter_from_payload(comment: Comment, sender: User | None = None) -> Commenter:
     """Build :class:`Commenter` from an ``issue_comment`` payload's ``comment`` (and ``sender``).
 
     For an edit, the ``sender`` is whoever edited; when that is not the comment's author, the
     comment's association says nothing about them, so it becomes NONE and the lookups decide.
     """
-    user = comment.get("user") or {}
-    login = user.get("login", "")
-    association = comment.get("author_association") or "NONE"
-    is_bot = user.get("type") == "Bot"
-    if sender is not None and not _same_login(sender.get("login", ""), login):
-        login, association, is_bot = sender.get("login", ""), "NONE", sender.get("type") == "Bot"
+    login = comment.user.login if comment.user is not None else ""
+    association = comment.author_association
+    is_bot = comment.user is not None and comment.user.type == "Bot"
+    if sender is not None and not _same_login(sender.login, login):
+        login, association, is_bot = sender.login, "NONE", sender.type == "Bot"
     return Commenter(login=login, association=association, is_bot=is_bot)
 
 

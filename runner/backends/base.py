@@ -164,6 +164,28 @@ class RunRefused(RunnerError):
 
 
 @dataclass(frozen=True)
+class StepProcess:
+    """A step's process group as the host runner started it: enough to find it again after a crash.
+
+    A process id alone may be reused; the group's id, the boot it ran in and its leader's start
+    time (clock ticks since boot) name one group for good.
+    """
+
+    pgid: int
+    boot_id: str
+    start_ticks: int
+    step: str
+
+
+class ProcessLedger(Protocol):
+    """Where a runner records the process groups it starts, so a restart can kill what a dead
+    process left running (the service keeps them in its store)."""
+
+    def started(self, process: StepProcess) -> None: ...
+    def ended(self, process: StepProcess) -> None: ...
+
+
+@dataclass(frozen=True)
 class RunnerRequest:
     """What a runner factory is told about the run it serves."""
 
@@ -174,6 +196,8 @@ class RunnerRequest:
     never true for a commit run because a maintainer approved it. Only such code may use the host."""
     redact: tuple[str, ...] = ()
     """Values (the run's installation token) never to show in output, beside the service's own."""
+    processes: ProcessLedger | None = None
+    """Where the host runner records each step's process group (None: nowhere)."""
 
 
 RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]

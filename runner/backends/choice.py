@@ -192,7 +192,9 @@ async def choose_runner(
         raise RunRefused(choice.reason)
     log.info("runner chosen", run_id=request.run_id, kind=choice.kind, reason=choice.reason)
     if choice.kind == "host":
-        return HostRunner(reason=choice.reason, env=request.environment.env, redact=secrets)
+        return HostRunner(
+            reason=choice.reason, env=request.environment.env, redact=secrets, processes=request.processes
+        )
     from runner.backends.docker import DockerRunner
 
     environment = request.environment.model_copy(update={"image": choice.image})

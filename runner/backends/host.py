@@ -26,7 +26,15 @@ import platformdirs
 import structlog
 
 from bot.core.secrets import redact
-from runner.backends.base import RunnerInfo, Step, StepResult, ToolStore, cap_output
+from runner.backends.base import (
+    ProcessLedger,
+    RunnerInfo,
+    Step,
+    StepProcess,
+    StepResult,
+    ToolStore,
+    cap_output,
+)
 from runner.backends.collect import collect_files, read_host_file
 
 log = structlog.get_logger(__name__)
@@ -66,6 +74,7 @@ class HostRunner:
         *,
         redact: list[str] | tuple[str, ...] = (),
         store_root: Path | None = None,
+        processes: ProcessLedger | None = None,
     ):
         env = dict(env or {})
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
@@ -77,6 +86,7 @@ class HostRunner:
         self._output_limit = output_limit
         self._secrets = [s for s in redact if s]
         self._store_root = store_root or default_store_root()
+        self._ledger = processes
 
     @property
     def info(self) -> RunnerInfo:
@@ -124,6 +134,7 @@ class HostRunner:
                 name=step.name, exit_code=None, error=f"{step.name}: could not start {step.argv[0]}: {exc}"
             )
         proc = self._proc
+        group = await self._record(proc.pid, step.name)
         timed_out = False
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout=step.timeout_s)
@@ -138,6 +149,11 @@ class HostRunner:
             raise
         finally:
             self._proc = None
+        # Whatever the step started in the background ends with it. Its leader is reaped, so the id
+        # names our group only while a member lives and no new process has taken the id.
+        if start_ticks(proc.pid) is None and group_members(proc.pid):
+            self._kill(proc)
+        await self._forget(group)
         duration = time.monotonic() - started
         # Redacted before the cap, so no cut can leave half a secret behind.
         text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
@@ -156,6 +172,30 @@ class HostRunner:
             refused=refused,
         )
 
+    async def _record(self, pgid: int, step: str) -> StepProcess | None:
+        """Record the step's new process group (its leader started a session), so that a restart
+        after this process dies can kill what it left running."""
+        if self._ledger is None:
+            return None
+        boot, ticks = boot_id(), group_start_ticks(pgid)
+        if boot is None or ticks is None:
+            return None
+        group = StepProcess(pgid=pgid, boot_id=boot, start_ticks=ticks, step=step)
+        try:
+            await asyncio.to_thread(self._ledger.started, group)
+        except Exception:
+            log.exception("could not record a step's process group", step=step)
+            return None
+        return group
+
+    async def _forget(self, group: StepProcess | None) -> None:
+        if self._ledger is None or group is None:
+            return
+        try:
+            await asyncio.to_thread(self._ledger.ended, group)
+        except Exception:
+            log.exception("could not forget a step's process group", step=group.step)
+
     def _read_collected(self, workspace: Path, rel: str, limit: int) -> str | None:
         text = read_host_file(workspace, rel, limit)
         return None if text is None else redact(text, self._secrets)
@@ -172,3 +212,78 @@ class HostRunner:
 
     async def close(self) -> None:
         await self.cancel()
+
+
+# --- leftovers of dead runs ---------------------------------------------------------------------
+
+_PROC = Path("/proc")
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux); process ids mean nothing across boots."""
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses)."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot: with the pid, it names one process."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def group_start_ticks(pgid: int) -> int | None:
+    """The start time that names group ``pgid``: its leader's, or, when a quick leader has already
+    exited and been reaped, its oldest member's — still earlier than any process that could take
+    the id once the group is gone. None when nothing of the group is left."""
+    leader = start_ticks(pgid)
+    if leader is not None:
+        return leader
+    members = [t for t in map(start_ticks, group_members(pgid)) if t is not None]
+    return min(members, default=None)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes in process group ``pgid``."""
+    members = []
+    for entry in _PROC.iterdir() if _PROC.is_dir() else []:
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and len(fields) > 2 and fields[2] == str(pgid):
+                members.append(int(entry.name))
+    return members
+
+
+def kill_leftovers(groups: list[StepProcess]) -> list[StepProcess]:
+    """Kill the process groups of steps whose run died with the process that ran them; the killed
+    ones are returned. Call it at start-up, before any step runs.
+
+    A group is ours while this is the boot it ran in and its id is not now some other process's:
+    the kernel never reuses an id while a group of that id has a member, so a live leader with
+    another start time means the group ended and the id was given out again.
+    """
+    boot = boot_id()
+    killed = []
+    for group in groups:
+        if boot is None or group.boot_id != boot:
+            continue  # a reboot ended it
+        leader = start_ticks(group.pgid)
+        if leader is not None and leader != group.start_ticks:
+            continue
+        if not group_members(group.pgid):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group.pgid, signal.SIGKILL)
+            killed.append(group)
+            log.warning("killed a dead run's leftover step", step=group.step, pgid=group.pgid)
+    return killed

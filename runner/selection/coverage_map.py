@@ -4,7 +4,12 @@ It is built by one step (:func:`coverage_step`) that runs the suite under covera
 dynamic context per test, and exports ``file → line → tests`` as JSON. Lines run outside any test
 (module bodies executed while pytest collects, ``def`` and ``class`` lines) are kept apart as
 *import-time* lines; the selection attributes them through the code's structure, because "ran
-while importing" says nothing about which test depends on them.
+while importing" says nothing about which test depends on them. Lines that one test module's own
+module-level code ran while pytest imported it (a command or schema built at module level) are
+recorded with that module (``imported_by``): those lines matter to its tests only.
+
+The map also records its health (tests collected, tests run, modules that did not collect), so
+an empty or partial map says so instead of passing for a complete one.
 
 :func:`parse_coverage_db` also reads a coverage.py SQLite data file recorded with
 ``pytest --cov-context=test`` (pytest-cov) or ``[run] dynamic_context = test_function``, so a map
@@ -27,11 +32,15 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.core.config import TestSettings
+from bot.core.models import CoverageMapHealth
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
 
 log = structlog.get_logger(__name__)
 
-MAP_FORMAT = "paritybot-coverage-map/1"
+MAP_FORMAT = "paritybot-coverage-map/2"
+# Version 1 had no health and no per-module import lines; it is still read.
+READABLE_FORMATS = ("paritybot-coverage-map/1", MAP_FORMAT)
+IMPORT_CONTEXT = "import:"
 DRIVER_PATH = f"{SCRATCH_DIR}/coverage_driver.py"
 OUTPUT_PATH = f"{SCRATCH_DIR}/coverage.json"
 DATA_PATH = f"{SCRATCH_DIR}/coverage.sqlite"
@@ -61,6 +70,16 @@ class CoverageMap(BaseModel):
     import_lines: dict[str, list[int]] = Field(
         default_factory=dict, description="lines executed outside any test (imports, collection)"
     )
+    imported_by: dict[str, dict[int, list[str]]] = Field(
+        default_factory=dict,
+        description="path → line → test files whose own module-level code ran it while pytest imported them",
+    )
+    health: CoverageMapHealth | None = Field(None, description="None: a map recorded without it")
+    unmapped: dict[str, list[int]] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="lines a newer commit has that the map's commit had not (a rebased map's blind spots)",
+    )
 
     def tests_at(self, path: str, lines: Iterable[int]) -> set[str]:
         """Tests that executed any of ``lines`` of ``path``."""
@@ -75,12 +94,25 @@ class CoverageMap(BaseModel):
     def tests_in_file(self, path: str) -> set[str]:
         return self.tests_between(path, 1, 10**9)
 
+    def importers_at(self, path: str, lines: Iterable[int]) -> set[str]:
+        """Test files whose import ran any of ``lines`` of ``path`` (their module-level code did)."""
+        by_line = self.imported_by.get(path, {})
+        return {t for line in lines for t in by_line.get(line, ())}
+
+    def importers_between(self, path: str, first: int, last: int) -> set[str]:
+        by_line = self.imported_by.get(path, {})
+        return {t for line, files in by_line.items() if first <= line <= last for t in files}
+
+    def holes(self) -> list[str]:
+        """Test files of the suite the map has no record of (they did not collect, or did not run)."""
+        return self.health.holes if self.health is not None else []
+
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 
     def knows(self, path: str) -> bool:
         """Whether the map has any record of the file (run by a test or while importing)."""
-        return path in self.files or path in self.import_lines
+        return path in self.files or path in self.import_lines or path in self.imported_by
 
 
 # --- Building the map: the step ----------------------------------------------------------------------
@@ -88,9 +120,9 @@ class CoverageMap(BaseModel):
 # The driver runs in the repository's own environment (a container without paritybot), so it is
 # a self-contained script injected into the workspace. It starts coverage before pytest imports
 # anything of the project, switches the context at each test, and writes the map as JSON.
-_DRIVER = '''\
-"""Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON."""
-import json, os, sys
+_DRIVER = """\
+\"\"\"Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON.\"\"\"
+import ast, importlib, json, os, sys
 
 import coverage
 import pytest
@@ -98,45 +130,146 @@ import pytest
 OUT, DATA, PATHS = sys.argv[1], sys.argv[2], sys.argv[3]
 ROOT = os.getcwd()
 SCRATCH = os.path.dirname(os.path.abspath(OUT))
+IMPORT = "@IMPORT@"
 # The configured test roots that exist; none means pytest's own configuration decides.
 ARGS = [p for p in PATHS.split(":") if p and os.path.exists(p)] + sys.argv[4:]
 cov = coverage.Coverage(data_file=DATA, config_file=False, branch=False)
 cov.start()
 
 
-class ContextPlugin:
+def rel(path):
+    return os.path.relpath(str(path), ROOT).replace(os.sep, "/")
+
+
+def project_file(path):
+    path = os.path.abspath(path)
+    return path.startswith(ROOT + os.sep) and not path.startswith(SCRATCH + os.sep)
+
+
+def leading_imports(path):
+    \"\"\"Modules a test module imports before any other statement of its own.\"\"\"
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for stmt in tree.body:
+        body = stmt.body if isinstance(stmt, ast.Try) else [stmt]
+        if isinstance(stmt, ast.Expr) and isinstance(getattr(stmt, "value", None), ast.Constant):
+            continue
+        if not all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body):
+            break
+        for s in body:
+            if isinstance(s, ast.Import):
+                names.extend(a.name for a in s.names)
+            elif s.level == 0 and s.module and s.module != "__future__":
+                names.append(s.module)
+                names.extend(f"{s.module}.{a.name}" for a in s.names if a.name != "*")
+    return names
+
+
+class MapPlugin:
+    def __init__(self):
+        self.collected = 0
+        self.ran = set()
+        self.items = {}
+        self.errors = []
+        self.shared = set()  # test modules whose import also imported project modules
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector):
+        if type(collector) is not pytest.Module:
+            yield
+            return
+        # Import what the module imports first under the shared context, so what its own
+        # module-level code runs afterwards is what gets recorded with it.
+        here = os.path.dirname(str(collector.path))
+        sys.path.insert(0, here)
+        try:
+            for name in leading_imports(str(collector.path)):
+                try:
+                    importlib.import_module(name)
+                except BaseException as exc:  # noqa: BLE001 - pytest reports the real import error
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+        finally:
+            sys.path.remove(here)
+        before = set(sys.modules)
+        name = rel(collector.path)
+        cov.switch_context(IMPORT + name)
+        try:
+            yield
+        finally:
+            cov.switch_context("")
+        mine = os.path.abspath(str(collector.path))
+        for mod in set(sys.modules) - before:
+            path = getattr(sys.modules.get(mod), "__file__", None)
+            if path and project_file(path) and os.path.abspath(path) != mine:
+                self.shared.add(name)
+                break
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            lines = str(report.longrepr).strip().splitlines()
+            message = next((ln for ln in reversed(lines) if ln.strip() and not ln.startswith("_")), "")
+            message = message[1:] if message.startswith("E ") else message  # pytest's error marker
+            self.errors.append({"path": report.nodeid or "", "message": message.strip()[:300]})
+
+    def pytest_collection_finish(self, session):
+        self.collected = len(session.items)
+        self.items = {item.nodeid: item.nodeid.split("::")[0] for item in session.items}
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        self.ran.add(item.nodeid)
         cov.switch_context(item.nodeid)
         yield
         cov.switch_context("")
 
 
+plugin = MapPlugin()
 try:
-    code = pytest.main(ARGS, plugins=[ContextPlugin()])
+    code = pytest.main(ARGS, plugins=[plugin])
 finally:
     cov.stop()
     cov.save()
 data = cov.get_data()
-tests, index, files, import_lines = [], {}, {}, {}
+tests, index, files, import_lines, imported_by = [], {}, {}, {}, {}
 for path in sorted(data.measured_files()):
-    rel = os.path.relpath(path, ROOT)
-    if rel.startswith(".." + os.sep) or os.path.isabs(rel) or path.startswith(SCRATCH + os.sep):
+    if not project_file(path):
         continue
-    rel = rel.replace(os.sep, "/")
+    relpath = rel(path)
     for line, contexts in sorted((data.contexts_by_lineno(path) or {}).items()):
         for ctx in contexts:
+            if ctx.startswith(IMPORT):
+                module = ctx[len(IMPORT):]
+                # A test module's own lines are its structure (the edited-tests signal's business).
+                if module not in plugin.shared and module != relpath:
+                    imported_by.setdefault(relpath, {}).setdefault(line, []).append(module)
+                    continue
+                ctx = ""
             if not ctx:
-                import_lines.setdefault(rel, []).append(line)
+                import_lines.setdefault(relpath, []).append(line)
                 continue
             if ctx not in index:
                 index[ctx] = len(tests)
                 tests.append(ctx)
-            files.setdefault(rel, {}).setdefault(line, []).append(index[ctx])
+            files.setdefault(relpath, {}).setdefault(line, []).append(index[ctx])
+not_run = sorted({f for n, f in plugin.items.items() if n not in plugin.ran})
+health = {
+    "tests_collected": plugin.collected,
+    "tests_ran": len(plugin.ran),
+    "collection_errors": plugin.errors,
+    "not_run": not_run,
+    "exit_code": int(code),
+}
+doc = {"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines,
+       "imported_by": imported_by, "health": health}
 with open(OUT, "w") as f:
-    json.dump({"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines}, f)
+    json.dump(doc, f)
 sys.exit(int(code))
-'''.replace("@FORMAT@", MAP_FORMAT)
+""".replace("@FORMAT@", MAP_FORMAT).replace("@IMPORT@", IMPORT_CONTEXT)
 
 
 def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
@@ -147,7 +280,12 @@ def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
     ``pytest`` importable by the environment's ``python``.
     """
     paths = ":".join(p for p in settings.paths if p and ":" not in p)
-    argv = ["python", DRIVER_PATH, OUTPUT_PATH, DATA_PATH, paths, "-q", "-p", "no:cacheprovider"]
+    # A module that fails to import (an optional dependency) leaves a hole the map records,
+    # rather than stopping the run with an empty map.
+    argv = [
+        "python", DRIVER_PATH, OUTPUT_PATH, DATA_PATH, paths,
+        "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+    ]  # fmt: skip
     argv += [*settings.pytest_args]
     return Step(
         name="coverage-map",
@@ -202,7 +340,7 @@ def parse_coverage_db(data: bytes | str, root: str | None = None) -> CoverageMap
         raise CoverageMapError(
             f"coverage data is neither JSON nor a coverage.py SQLite file: {exc}"
         ) from None
-    if not isinstance(doc, dict) or doc.get("format") != MAP_FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in READABLE_FORMATS:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise CoverageMapError(f"unknown coverage map format {got!r}; expected {MAP_FORMAT!r}")
     try:
@@ -314,6 +452,11 @@ def _normalise(cmap: CoverageMap) -> CoverageMap:
         for path, by_line in sorted(cmap.files.items())
     }
     cmap.import_lines = {path: sorted(set(lines)) for path, lines in sorted(cmap.import_lines.items())}
+    cmap.imported_by = {
+        path: {line: sorted(set(files)) for line, files in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.imported_by.items())
+    }
+    cmap.format = MAP_FORMAT
     return cmap
 
 

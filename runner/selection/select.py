@@ -13,10 +13,12 @@ Signals, strongest first; each adds a reason to every test it selects:
 5. file names (``tests/test_ops.py`` ↔ ``ops.py``) where the map cannot help.
 
 A change to conftest.py, packaging, CI files, ``tests.whole_suite_globs`` or compiled sources
-selects the whole suite. ``tests.max_tests`` keeps the strongest signals and lists what it cut.
+selects the whole suite. A change that cannot alter behaviour (comments, docstrings, formatting
+that leaves the syntax tree equal) selects nothing. ``tests.max_tests`` keeps the strongest
+signals and lists what it cut.
 
 The decision (:func:`select_for_change`) is a pure function of the change, the settings, the map
-and a source reader; :func:`select_tests` does the git reading around it.
+and a source reader; :mod:`runner.selection.pr` reads the pull request from git around it.
 
 Why one module past 400 lines: the signals above are ranked against each other and the budget cuts
 across them, so they share one set of hits; each signal is a short function of its own below.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -58,6 +61,7 @@ from runner.selection.import_graph import (
     symbol_at,
     symbols_at,
 )
+from runner.selection.neutral import behaviour_neutral, changed_doctests, unchanged_imports
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +88,7 @@ class Signal(IntEnum):
     IMPORT_TIME = 4
     STATIC = 5
     NAME = 6
+    BASE_BRANCH = 7  # changed on the base branch since the coverage map was recorded
 
 
 class _Model(BaseModel):
@@ -128,15 +133,22 @@ class _Hit:
 
 
 class _Hits:
-    """Per test: the strongest signal, how much of the change it covers, and the reasons."""
+    """Per test: the strongest signal, how much of the change it covers, and the reasons.
+
+    While ``relabel`` is set (the change the base branch made since the coverage map), every hit
+    is recorded as that, the weakest signal, with that reason: it is not the PR's change.
+    """
 
     def __init__(self, enabled: frozenset[Signal] | None = None) -> None:
         self.by_test: dict[str, _Hit] = {}
         self.enabled = enabled if enabled is not None else frozenset(Signal)
+        self.relabel: str | None = None
 
     def add(self, nodeid: str, rank: Signal, reason: str, weight: int = 1) -> None:
         if rank not in self.enabled:
             return
+        if self.relabel is not None:
+            rank, reason = Signal.BASE_BRANCH, self.relabel
         hit = self.by_test.setdefault(nodeid, _Hit(rank=rank))
         hit.rank = min(hit.rank, rank)
         hit.weight += weight
@@ -145,6 +157,9 @@ class _Hits:
 
     def add_line(self, nodeid: str, path: str, line: int) -> None:
         if Signal.LINE not in self.enabled:
+            return
+        if self.relabel is not None:
+            self.add(nodeid, Signal.LINE, "")
             return
         hit = self.by_test.setdefault(nodeid, _Hit(rank=Signal.LINE))
         hit.rank = min(hit.rank, Signal.LINE)
@@ -192,27 +207,120 @@ class _Universe:
         all_tests: list[str] | None,
         test_files: set[str],
         head_files: Iterable[str],
-        reader: Callable[[str], str | None],
+        reader: Callable[[list[str]], dict[str, str | None]],
+        earlier: _Universe | None = None,
     ) -> None:
         self.all_tests = all_tests
+        self.earlier = earlier
         self._all = set(all_tests or [])
         self._head_files = set(head_files)
         self.test_files = set(test_files)
         if all_tests is not None:
             self.test_files |= {split_nodeid(n)[0] for n in all_tests}
         self._read = reader
+        self._defs: dict[str, tuple[ModuleInfo, LineInfo]] = {}
+        self._names: dict[str, list[str]] | None = None
+        self._paths: dict[str, str] = {}
         self._by_file: dict[str, list[str]] = {}
         for nodeid in all_tests or []:
             self._by_file.setdefault(split_nodeid(nodeid)[0], []).append(nodeid)
 
     def exists(self, nodeid: str) -> bool:
-        """Whether a node id (from the coverage map of an older commit, say) still names a test."""
+        """Whether a node id (from the coverage map of an older commit, say) still names a test.
+
+        Without collected ids the answer comes from the test file's source: a missing file, or a
+        test function or class no longer defined there, is gone; so is a method neither the class
+        nor its base classes in the repository define. A method another package's base class may
+        provide, a name bound by an import or a star import, is given the benefit of the doubt.
+        """
         if nodeid in self._all:
             return True
         path, names, param = split_nodeid(nodeid)
         if self.all_tests is not None:
             return not param and bool(self.expand(path, names))
-        return path in self.test_files or path in self._head_files
+        if path not in self.test_files:
+            return path in self._head_files  # a doctest item names the source module's objects
+        return not names or self._defined(path, names)
+
+    def _module(self, path: str) -> tuple[ModuleInfo, LineInfo]:
+        if path not in self._defs:
+            text = self._read([path])[path]
+            name = self._module_names().get(path, [PurePosixPath(path).stem])[0]
+            self._defs[path] = (analyze_module(path, name, text or "", is_test=True), line_info(text or ""))
+        return self._defs[path]
+
+    def _module_names(self) -> dict[str, list[str]]:
+        if self._names is None:
+            self._names = module_names(python_files(self._head_files))
+            self._paths = {n: p for p, names in self._names.items() for n in names}
+        return self._names
+
+    def _defined(self, path: str, names: list[str]) -> bool:
+        module, info = self._module(path)
+        if module.error or module.star_imports or "__getattr__" in module.symbols:
+            return True
+        top = module.symbols.get(names[0])
+        if top is None:
+            return False
+        if len(names) == 1 or top.kind != SymbolKind.CLASS:
+            return True
+        qualified = {q for q, _, _ in [*info.functions, *info.classes]}
+        for depth in range(1, len(names)):
+            if ".".join(names[: depth + 1]) not in qualified:
+                # Not in the class body: inherited from a base class, or gone.
+                return self._inherited(path, ".".join(names[:depth]), names[depth], frozenset())
+        return True
+
+    def _inherited(self, path: str, owner: str, name: str, seen: frozenset[tuple[str, str]]) -> bool:
+        """Whether class ``owner`` of ``path`` may inherit ``name`` from one of its base classes.
+
+        A base class of this repository is read (a mixin in the same file or in ``tests/__init__.py``):
+        it must define the name, itself or through its own bases. A base class that is not, another
+        package's, is given the benefit of the doubt, unless the class's own body defined the name
+        at the earlier commit: then it was renamed or removed since.
+        """
+        module, _ = self._module(path)
+        sym = module.symbols.get(owner)
+        if sym is None:
+            return True  # a nested class: its bases are not recorded, so it may inherit
+        for base in sym.bases:
+            if base in _PLAIN_BASES or _from_stdlib(module, base):
+                continue  # unittest.TestCase, typing.Protocol, abc.ABC: no test methods to inherit
+            where = self._resolve(module, base)
+            if where is None:
+                if self.earlier is None or not self.earlier.in_body(path, owner, name):
+                    return True
+                continue
+            if where in seen:
+                return True
+            if self._defines(*where, name, seen | {where}):
+                return True
+        return False
+
+    def _defines(self, path: str, owner: str, name: str, seen: frozenset[tuple[str, str]]) -> bool:
+        module, _ = self._module(path)
+        sym = module.symbols.get(owner)
+        if module.error or module.star_imports or sym is None or sym.kind != SymbolKind.CLASS:
+            return True  # not a class this reading can follow
+        return self.in_body(path, owner, name) or self._inherited(path, owner, name, seen)
+
+    def in_body(self, path: str, owner: str, name: str) -> bool:
+        """Whether class ``owner`` of ``path`` defines method ``name`` itself."""
+        return f"{owner}.{name}" in {q for q, _, _ in self._module(path)[1].functions}
+
+    def _resolve(self, module: ModuleInfo, base: str) -> tuple[str, str] | None:
+        """The file and class a base class written as ``base`` names, when this repository has it."""
+        here = module.symbols.get(base)
+        if here is not None and here.kind == SymbolKind.CLASS:
+            return module.path, base
+        first, _, rest = base.partition(".")
+        self._module_names()
+        for target in module.imports.get(first, []):
+            dotted = f"{target}.{rest}" if rest else target
+            owner_module, _, owner = dotted.rpartition(".")
+            if owner_module in self._paths:
+                return self._paths[owner_module], owner
+        return None
 
     def expand(self, path: str, names: list[str] | None = None) -> list[str]:
         """Node ids under ``path::names`` (all parametrized cases, all methods of a class)."""
@@ -228,12 +336,21 @@ class _Universe:
         return self._static_tests(path)
 
     def _static_tests(self, path: str) -> list[str]:
-        text = self._read(path)
+        text = self._read([path])[path]
         if text is None:
             return []
         module = analyze_module(path, PurePosixPath(path).stem, text, is_test=True)
         ids = [f"{path}::{s.name}" for s in module.symbols.values() if is_test_symbol(s, module)]
         return ids or [path]
+
+
+_PLAIN_BASES = {"object", "TestCase", "unittest.TestCase", "IsolatedAsyncioTestCase"}
+
+
+def _from_stdlib(module: ModuleInfo, base: str) -> bool:
+    first = base.partition(".")[0]
+    targets = module.imports.get(first, [])
+    return bool(targets) and all(t.partition(".")[0] in sys.stdlib_module_names for t in targets)
 
 
 def parse_collect_only(output: str) -> list[str]:
@@ -336,6 +453,8 @@ class _Context:
     read: SourceReader
     universe: _Universe
     hits: _Hits
+    removed: set[str] = field(default_factory=set)  # selected, but not a test at head
+    _unchanged_imports: dict[str, set[str]] = field(default_factory=dict)
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)
     _line_info: dict[str, LineInfo] = field(default_factory=dict)
@@ -366,6 +485,50 @@ class _Context:
         for nodeid in nodeids:
             if self.universe.exists(nodeid):
                 self.hits.add(nodeid, rank, reason, weight)
+            elif rank in self.hits.enabled:
+                self.removed.add(nodeid)
+
+    def unchanged_imports(self, fc: FileChange) -> set[str]:
+        """Names the change's import lines bind as before (see :func:`neutral.unchanged_imports`)."""
+        if fc.path not in self._unchanged_imports:
+            both = fc.base_text is not None and fc.head_text is not None
+            self._unchanged_imports[fc.path] = (
+                unchanged_imports(fc.base_text or "", fc.head_text or "") if both else set()
+            )
+        return self._unchanged_imports[fc.path]
+
+    def tests_running(self, path: str, first: int, last: int) -> set[str]:
+        """Tests that ran lines ``first``–``last`` of ``path``, or whose module's import did."""
+        assert self.cmap is not None
+        tests = self.cmap.tests_between(path, first, last)
+        for module in self.cmap.importers_between(path, first, last):
+            tests.update(self.universe.expand(module))
+        return tests
+
+
+@dataclass
+class Drift:
+    """What the base branch changed between the coverage map's commit and the merge base.
+
+    The map describes ``change.base``; the tests that change reaches are added to the selection,
+    said to be for that reason, because the map may no longer know how they run.
+    """
+
+    change: ChangeSet
+    cmap: CoverageMap
+
+
+def neutral_files(changes: list[FileChange]) -> list[str]:
+    """Changed Python files whose change cannot alter behaviour (see :mod:`runner.selection.neutral`)."""
+    return [
+        fc.path
+        for fc in changes
+        if fc.path.endswith(".py")
+        and fc.base_text is not None
+        and fc.head_text is not None
+        and fc.base_path == fc.path
+        and behaviour_neutral(fc.base_text, fc.head_text)
+    ]
 
 
 def select_for_change(
@@ -375,27 +538,65 @@ def select_for_change(
     coverage_map: CoverageMap | None = None,
     all_tests: list[str] | None = None,
     signals: frozenset[Signal] | None = None,
+    drift: Drift | None = None,
 ) -> Selection:
     """Decide the tests for a change already read from git (see the module docstring).
 
-    ``signals`` limits which signals may select (all by default); the benchmark uses it to
-    measure each one alone.
+    ``coverage_map`` must describe ``change.base``'s lines (:func:`runner.selection.pr.rebase_map`
+    makes an older map do so); ``drift`` is what the base branch changed since the map's own
+    commit. ``signals`` limits which signals may select (all by default); the benchmark uses it
+    to measure each one alone.
     """
     total = len(all_tests) if all_tests is not None else None
-    whole = whole_suite_reasons(change.files, settings)
+    neutral = neutral_files(change.files)
+    files = [fc for fc in change.files if fc.path not in neutral]
+    whole = whole_suite_reasons(files, settings)
     if whole:
-        return Selection(whole_suite=True, whole_suite_reasons=whole, total_tests=total)
+        return Selection(
+            whole_suite=True, whole_suite_reasons=whole, total_tests=total, unchanged_behaviour=neutral
+        )
     test_files = discover_test_files(change.head_files, settings)
 
-    def read_head(path: str) -> str | None:
-        return read(change.head, [path]).get(path)
+    def read_at(sha: str) -> Callable[[list[str]], dict[str, str | None]]:
+        return lambda paths: read(sha, paths)
 
-    universe = _Universe(all_tests, test_files, change.head_files, read_head)
-    ctx = _Context(change, settings, coverage_map, read, universe, _Hits(signals))
-    for fc in change.files:
+    base_tests = discover_test_files(change.base_files, settings)
+    at_base = _Universe(None, base_tests, change.base_files, read_at(change.base))
+    universe = _Universe(all_tests, test_files, change.head_files, read_at(change.head), at_base)
+    hits = _Hits(signals)
+    ctx = _Context(change, settings, coverage_map, read, universe, hits)
+    for fc in files:
         _select_for_file(ctx, fc, test_files)
     _always_run(ctx)
-    return _apply_budget(ctx.hits, settings, total)
+    if drift is not None and any(not _is_doc(fc.path) for fc in files):
+        # Only a change the map is asked about needs the map's blind spots covered.
+        _drift(drift, ctx)
+    selection = _apply_budget(hits, settings, total)
+    selection.unchanged_behaviour = neutral
+    gone = ctx.removed - {t.nodeid for t in selection.tests}
+    # The tests gone at head that the merge base had: this PR renamed or removed them (the others
+    # the base branch removed after the coverage map was recorded).
+    selection.removed = sorted(n for n in gone if at_base.exists(n))
+    return selection
+
+
+def _drift(drift: Drift, pr: _Context) -> None:
+    """The tests the base branch's own change since the map reaches, labelled as such."""
+    ctx = _Context(drift.change, pr.settings, drift.cmap, pr.read, pr.universe, pr.hits)
+    test_files = discover_test_files(drift.change.head_files, pr.settings)
+    since = (drift.cmap.commit or drift.change.base)[:12]
+    neutral = set(neutral_files(drift.change.files))
+    try:
+        for fc in drift.change.files:
+            if fc.path in neutral:
+                continue
+            pr.hits.relabel = (
+                f"`{fc.path}` changed on the base branch since the coverage map ({since}) was recorded"
+            )
+            _select_for_file(ctx, fc, test_files)
+    finally:
+        pr.hits.relabel = None
+    pr.removed.update(ctx.removed)
 
 
 def _select_for_file(ctx: _Context, fc: FileChange, test_files: set[str]) -> None:
@@ -407,13 +608,35 @@ def _select_for_file(ctx: _Context, fc: FileChange, test_files: set[str]) -> Non
         return
     if path in test_files or fc.base_path in test_files:
         _edited_tests(ctx, fc)
+    elif fc.base_text is not None and fc.head_text is not None:
+        _doctests(ctx, fc)
     known = ctx.cmap is not None and ctx.cmap.knows(fc.base_path) and fc.base_text is not None
     if known:
         _coverage(ctx, fc)
+        if path not in test_files and ctx.cmap is not None and ctx.cmap.holes():
+            # Test modules that did not collect when the map was recorded: the map cannot speak
+            # for them, the static graph and the file names can.
+            _static(ctx, fc, fallback=True, only=set(ctx.cmap.holes()))
+            _name_match(ctx, fc, only=set(ctx.cmap.holes()))
     else:
         _static(ctx, fc, fallback=ctx.cmap is not None)
         if path not in test_files:
             _name_match(ctx, fc)
+
+
+def _doctests(ctx: _Context, fc: FileChange) -> None:
+    """A changed doctest selects the doctest items of its file that pytest collected (or the map knows)."""
+    assert fc.base_text is not None and fc.head_text is not None
+    changed = changed_doctests(fc.base_text, fc.head_text)
+    if not changed:
+        return
+    known = set(ctx.universe.all_tests or []) | set(ctx.cmap.tests if ctx.cmap is not None else [])
+    items = [n for n in known if split_nodeid(n)[0] in (fc.path, fc.base_path)]
+    module = ctx.module_name(fc.path)
+    for qual in changed:
+        target = f"{module}.{qual}" if qual else module
+        chosen = [n for n in items if split_nodeid(n)[1][-1:] == [target]] or items
+        ctx.add_tests(chosen, Signal.EDITED, f"a doctest of `{target}`, which this PR changes")
 
 
 # --- Signal: tests the PR edits ----------------------------------------------------------------------
@@ -425,6 +648,10 @@ def _edited_tests(ctx: _Context, fc: FileChange) -> None:
     if fc.status == FileStatus.ADDED or fc.base_text is None:
         ctx.add_tests(ctx.universe.expand(fc.path), Signal.EDITED, "added by this PR", weight=3)
         return
+    if fc.base_path != fc.path:
+        # Its node ids are new: every test in it is one the map has never seen.
+        reason = f"moved by this PR from {fc.base_path}"
+        ctx.add_tests(ctx.universe.expand(fc.path), Signal.EDITED, reason, weight=3)
     diff = diff_lines(fc.base_text, fc.head_text)
     info = line_info(fc.head_text)
     module = analyze_module(fc.path, PurePosixPath(fc.path).stem, fc.head_text, is_test=True)
@@ -494,13 +721,25 @@ def _coverage(ctx: _Context, fc: FileChange) -> None:
         if not stmt or stmt[0] in done:
             continue  # comment, blank line, docstring; or a statement already looked up
         done.add(stmt[0])
+        if any(n in cmap.unmapped.get(path, ()) for n in stmt):
+            # Added on the base branch after the map was recorded: the map cannot know it.
+            _static_lines(ctx, fc, head_lines=set(), base_lines=set(stmt), new_only=False, changed=True)
+            continue
         tests = cmap.tests_at(path, stmt)
         for nodeid in tests:
             if ctx.universe.exists(nodeid):
                 ctx.hits.add_line(nodeid, fc.path, min(stmt))
+            else:
+                ctx.removed.add(nodeid)
+        importers = cmap.importers_at(path, stmt)
+        for module in sorted(importers):
+            reason = (
+                f"{module} runs {fc.path}:{min(stmt)} while it is imported, and this PR changes that line"
+            )
+            ctx.add_tests(ctx.universe.expand(module), Signal.LINE, reason)
         if any(cmap.import_time(path, n) for n in stmt):
             _import_time(ctx, fc, base_info, min(stmt))
-        elif not tests:
+        elif not tests and not importers:
             _enclosing_function(ctx, fc, base_info, line, "which this PR changes")
     if fc.head_text is not None:
         _insertions(ctx, fc, base_info, diff)
@@ -513,7 +752,7 @@ def _enclosing_function(ctx: _Context, fc: FileChange, info: LineInfo, line: int
     if scope is None:
         return False
     qual, first, last = scope
-    tests = ctx.cmap.tests_between(fc.base_path, first, last)
+    tests = ctx.tests_running(fc.base_path, first, last)
     kind = "class" if scope in info.classes else "function"
     reason = f"runs {kind} `{ctx.module_name(fc.path)}.{qual}` ({fc.path}:{first}–{last}), {what}"
     ctx.add_tests(tests, Signal.FUNCTION, reason)
@@ -574,7 +813,9 @@ def _import_users(ctx: _Context, fc: FileChange, line: int) -> None:
     module = graph.modules.get(fc.base_path)
     if module is None:
         return
-    for name in symbols_at(module, line) or [MODULE_BODY]:
+    names = symbols_at(module, line)
+    kept = [n for n in names if n not in ctx.unchanged_imports(fc)]
+    for name in kept if names else [MODULE_BODY]:
         changed = SymbolKey(path=fc.base_path, name=name)
         if not _users_by_coverage(ctx, fc, graph, changed, line):
             _reach(ctx, graph, [changed], Signal.STATIC, "which this PR changes")
@@ -595,7 +836,7 @@ def _users_by_coverage(
     if changed.name == MODULE_BODY:
         name = ctx.module_name(fc.path)
         reason = f"imports `{name}`, whose module-level code this PR changes ({fc.path}:{line})"
-        ctx.add_tests(ctx.cmap.tests_in_file(fc.base_path), Signal.IMPORT_TIME, reason)
+        ctx.add_tests(ctx.tests_running(fc.base_path, 1, 10**9), Signal.IMPORT_TIME, reason)
         return len(ctx.hits.by_test) > before
     label = graph.display(changed)
     seen = {changed}
@@ -614,7 +855,7 @@ def _users_by_coverage(
                 queue.append(user)
                 continue
             reason = f"runs `{graph.display(user)}`, which uses `{label}` changed in this PR"
-            tests = {t for first, last in sym.ranges for t in ctx.cmap.tests_between(user.path, first, last)}
+            tests = {t for first, last in sym.ranges for t in ctx.tests_running(user.path, first, last)}
             found = found or bool(tests)
             ctx.add_tests(tests, Signal.IMPORT_TIME, reason)
             if not tests or (
@@ -652,8 +893,10 @@ def _body_runs_at_import(ctx: _Context, path: str, ranges: list[tuple[int, int]]
 # --- Signal: the static import graph ------------------------------------------------------------------
 
 
-def _static(ctx: _Context, fc: FileChange, *, fallback: bool) -> None:
-    """Symbols at the changed lines → tests that use them, resolved through re-exports."""
+def _static(ctx: _Context, fc: FileChange, *, fallback: bool, only: set[str] | None = None) -> None:
+    """Symbols at the changed lines → tests that use them, resolved through re-exports.
+
+    ``only``: test files to select from (the holes of a partial coverage map)."""
     if Signal.STATIC not in ctx.hits.enabled:
         return
     head_lines: set[int] = set()
@@ -665,7 +908,7 @@ def _static(ctx: _Context, fc: FileChange, *, fallback: bool) -> None:
         head_lines = set(range(1, fc.head_text.count("\n") + 2))
     elif fc.base_text is not None:
         base_lines = set(range(1, fc.base_text.count("\n") + 2))
-    _static_lines(ctx, fc, head_lines, base_lines, new_only=False, fallback=fallback)
+    _static_lines(ctx, fc, head_lines, base_lines, new_only=False, fallback=fallback, only=only)
 
 
 def _static_lines(
@@ -676,29 +919,38 @@ def _static_lines(
     *,
     new_only: bool,
     fallback: bool = True,
+    changed: bool = False,
+    only: set[str] | None = None,
 ) -> None:
+    """``changed``: base lines whose symbols the PR changes (not only those it removes)."""
     note = " (no coverage data for it yet)" if fallback else ""
+    if only is not None:
+        note = " (its test module did not collect when the coverage map was recorded)"
     if head_lines and fc.head_text is not None:
         graph = ctx.graph("head")
         module = graph.modules.get(fc.path)
         base_names = _top_names(fc.base_text, fc.base_path) if new_only else set()
         if module is not None:
-            names = {n for line in head_lines for n in symbols_at(module, line)}
+            names = {n for line in head_lines for n in symbols_at(module, line)} - ctx.unchanged_imports(fc)
             if new_only:
                 # New code the map cannot know; a new import line only matters through its users.
                 names = {n for n in names - base_names if module.symbols[n].kind != SymbolKind.IMPORT}
             keys = [SymbolKey(path=fc.path, name=n) for n in sorted(names)]
             verb = "adds" if fc.base_text is None or new_only else "changes"
-            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR {verb}{note}")
+            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR {verb}{note}", only)
     if base_lines and fc.base_text is not None:
         graph = ctx.graph("base")
         module = graph.modules.get(fc.base_path)
         head_names = _top_names(fc.head_text, fc.path)
         if module is not None:
-            names = {n for line in base_lines for n in symbols_at(module, line)}
+            names = {n for line in base_lines for n in symbols_at(module, line)} - ctx.unchanged_imports(fc)
+            if changed:
+                keys = [SymbolKey(path=fc.base_path, name=n) for n in sorted(names)]
+                _reach(ctx, graph, keys, Signal.STATIC, "which this PR changes (no coverage data for it yet)")
+                return
             gone = sorted(names - head_names) if fc.head_text is not None else sorted(names)
             keys = [SymbolKey(path=fc.base_path, name=n) for n in gone]
-            _reach(ctx, graph, keys, Signal.STATIC, "which this PR removes or renames")
+            _reach(ctx, graph, keys, Signal.STATIC, f"which this PR removes or renames{note}", only)
 
 
 def _top_names(text: str | None, path: str) -> set[str]:
@@ -707,10 +959,19 @@ def _top_names(text: str | None, path: str) -> set[str]:
     return set(analyze_module(path, PurePosixPath(path).stem, text).symbols)
 
 
-def _reach(ctx: _Context, graph: ImportGraph, changed: list[SymbolKey], rank: Signal, what: str) -> None:
+def _reach(
+    ctx: _Context,
+    graph: ImportGraph,
+    changed: list[SymbolKey],
+    rank: Signal,
+    what: str,
+    only: set[str] | None = None,
+) -> None:
     if not changed or rank not in ctx.hits.enabled:
         return
     for test, reach in graph.tests_reaching(changed).items():
+        if only is not None and test.path not in only:
+            continue
         outside = [k for k in reach.chain if k.path != test.path]
         if not outside:
             continue  # the test's own file: the edited-tests signal speaks for it
@@ -725,13 +986,13 @@ def _reach(ctx: _Context, graph: ImportGraph, changed: list[SymbolKey], rank: Si
 # --- Signal: file names, data files, always_run -------------------------------------------------------
 
 
-def _name_match(ctx: _Context, fc: FileChange) -> None:
+def _name_match(ctx: _Context, fc: FileChange, only: set[str] | None = None) -> None:
     pure = PurePosixPath(fc.path)
     stem = (pure.parent.name if pure.stem == "__init__" else pure.stem).strip("_")
     if not stem:
         return
     patterns = (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem}_*.py")
-    for test_file in sorted(ctx.universe.test_files):
+    for test_file in sorted(ctx.universe.test_files if only is None else only & ctx.universe.test_files):
         name = PurePosixPath(test_file).name
         if any(fnmatch.fnmatchcase(name, p) for p in patterns):
             reason = f"{test_file} is named after {fc.path}, which this PR changes"
@@ -773,7 +1034,24 @@ def _always_run(ctx: _Context) -> None:
 # --- Budget -------------------------------------------------------------------------------------------
 
 
+def _subsume_cases(hits: _Hits) -> None:
+    """``test_f`` selected as a whole (no collected ids) runs every case: fold ``test_f[...]`` into it.
+
+    The cases a map recorded may not exist any more when the PR changed the parametrization."""
+    for nodeid in [n for n in hits.by_test if "[" in n]:
+        whole = nodeid.partition("[")[0]
+        if whole in hits.by_test:
+            case = hits.by_test.pop(nodeid)
+            hit = hits.by_test[whole]
+            hit.rank = min(hit.rank, case.rank)
+            hit.weight += case.weight
+            hit.reasons.extend(r for r in case.reasons if r not in hit.reasons)
+            for path, lines in case.lines.items():
+                hit.lines.setdefault(path, set()).update(lines)
+
+
 def _apply_budget(hits: _Hits, settings: TestSettings, total: int | None) -> Selection:
+    _subsume_cases(hits)
     ranked = hits.ranked()
     keep = ranked if settings.max_tests is None else ranked[: settings.max_tests]
     dropped = [] if settings.max_tests is None else [n for n, _ in ranked[settings.max_tests :]]
@@ -784,7 +1062,8 @@ def _apply_budget(hits: _Hits, settings: TestSettings, total: int | None) -> Sel
 # --- Reading the change from git ----------------------------------------------------------------------
 
 
-def _reader(repo: Path) -> SourceReader:
+def source_reader(repo: Path) -> SourceReader:
+    """Reads files of any commit from git's objects, each (commit, path) once."""
     cache: dict[tuple[str, str], str | None] = {}
 
     def read(rev: str, paths: list[str]) -> dict[str, str | None]:
@@ -825,41 +1104,3 @@ def read_change(repo: Path, base: str, head: str, read: SourceReader) -> ChangeS
         head_files=gitdiff.list_files(repo, head),
         base_files=gitdiff.list_files(repo, base),
     )
-
-
-def select_tests(
-    repo: Path,
-    base: str,
-    head: str,
-    settings: TestSettings,
-    coverage_map: CoverageMap | None = None,
-    all_tests: list[str] | None = None,
-    signals: frozenset[Signal] | None = None,
-) -> Selection:
-    """The tests a PR (``base``...``head``) can affect, each with the reasons it was chosen.
-
-    The change is measured from the merge base of ``base`` and ``head``. A coverage map is
-    assumed to describe that commit unless its own ``commit`` says otherwise, in which case the
-    change is measured from the map's commit (it then also includes what landed since; more
-    tests, never fewer).
-
-    Raises:
-        GitError: a revision is unknown or git failed.
-    """
-    repo = Path(repo)
-    head_sha = gitdiff.merge_base(repo, head, head)  # the merge base of a commit with itself: its sha
-    base_sha = gitdiff.merge_base(repo, base, head)
-    if coverage_map is not None and coverage_map.commit and coverage_map.commit != base_sha:
-        base_sha = coverage_map.commit
-    read = _reader(repo)
-    change = read_change(repo, base_sha, head_sha, read)
-    selection = select_for_change(change, settings, read, coverage_map, all_tests, signals)
-    log.info(
-        "tests selected",
-        base=base_sha[:12],
-        head=head_sha[:12],
-        whole_suite=selection.whole_suite,
-        selected=len(selection.tests),
-        coverage_map=coverage_map is not None,
-    )
-    return selection

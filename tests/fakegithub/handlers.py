@@ -352,6 +352,8 @@ async def list_check_runs_for_ref(ctx: Ctx) -> web.Response:
         runs = [r for r in runs if r.name == ctx.query["check_name"]]
     if "status" in ctx.query:
         runs = [r for r in runs if r.status == ctx.query["status"]]
+    if "app_id" in ctx.query and int(ctx.query["app_id"]) != ctx.fake.app_id:
+        runs = []  # every check run here was made by the fake's one App
     if ctx.query.get("filter", "latest") == "latest":
         latest: dict[str, CheckRun] = {}
         for r in runs:

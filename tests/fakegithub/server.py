@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -264,6 +265,36 @@ class FakeGitHub:
         self.all_comments[comment.id] = comment
         return comment
 
+    def add_check_run(
+        self,
+        full_name: str,
+        head_sha: str,
+        name: str,
+        *,
+        external_id: str | None = None,
+        status: str = "in_progress",
+    ) -> CheckRun:
+        """A check run of this App already on the commit (left by an earlier process, say)."""
+        repo = self._repo(full_name)
+        run = CheckRun(
+            id=self.next_id("check_run"),
+            repo=repo.full_name,
+            head_sha=head_sha,
+            name=name,
+            status=status,
+            conclusion=None,
+            started_at=self.now(),
+            completed_at=None,
+            external_id=external_id,
+        )
+        body = {"name": name, "head_sha": head_sha, "status": status} | (
+            {"external_id": external_id} if external_id else {}
+        )
+        run.updates.append(body)
+        run.states.append(render.check_run(self.site, run, []))
+        self.runs[run.id] = run
+        return run
+
     def issue_token(
         self,
         installation_id: int = 1,
@@ -347,16 +378,24 @@ class FakeGitHub:
         times: int = 1,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
+        after: bool = False,
     ) -> None:
-        """Answer the next ``times`` matching requests with ``status`` (path: concrete or template)."""
+        """Answer the next ``times`` matching requests with ``status`` (path: concrete or template).
+
+        ``after``: carry each request out first, then answer with the failure, as a gateway that
+        times out after GitHub did the work does: the client cannot tell whether it happened."""
         payload = (
             body
             if body is not None
             else {"message": f"Injected failure {status}", "documentation_url": handlers.DOCS}
         )
         self._failures.append(
-            InjectedFailure(method.upper(), path, status, times, payload, dict(headers or {}))
+            InjectedFailure(method.upper(), path, status, times, payload, dict(headers or {}), after)
         )
+
+    def clear_failures(self) -> None:
+        """GitHub recovers: no injected failure is left."""
+        self._failures.clear()
 
     def expect_violation(self, match: str = "") -> None:
         """Declare that this test sends one request GitHub would refuse (its message contains ``match``)."""
@@ -389,10 +428,12 @@ class FakeGitHub:
             query={k: v for k, v in request.query.items()},
             json=None,
             headers=dict(request.headers),
+            at=time.monotonic(),
         )
         self.calls.append(call)
         response = await self._answer(request, raw_path, raw_body, call)
-        response.headers.update(self._standard_headers())
+        for key, value in self._standard_headers().items():
+            response.headers.setdefault(key, value)  # an injected failure's own headers stay
         call.status = response.status
         return response
 
@@ -430,7 +471,8 @@ class FakeGitHub:
                 {"message": message, "errors": errors, "documentation_url": handlers.DOCS}, 422
             )
         failure = self._take_failure(call, op.template)
-        if failure is not None:
+        if failure is not None and not failure.after:
+            call.carried_out = False
             return handlers.respond(failure.body, failure.status, failure.headers)
         handler = handlers.HANDLERS.get(op.operation_id)
         if handler is None:
@@ -438,10 +480,12 @@ class FakeGitHub:
             return handlers.respond({"message": f"{op.operation_id} is not implemented by the fake"}, 501)
         try:
             ctx = self._context(request, match.params, body, op.operation_id)
-            response = await handler(ctx)
+            answer = await handler(ctx)
             # The answer leaves late, as read when the request came: what a slow GitHub shows.
             await asyncio.sleep(self._latency.get((call.method, op.template), 0.0))
-            return response
+            if failure is not None:  # carried out; the answer is lost on the way back
+                return handlers.respond(failure.body, failure.status, failure.headers)
+            return answer
         except auth.AuthError as exc:
             return handlers.respond({"message": str(exc), "documentation_url": handlers.DOCS}, 401)
         except handlers.GitHubError as exc:

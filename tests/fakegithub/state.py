@@ -136,6 +136,8 @@ class Call:
     headers: dict[str, str]
     operation_id: str | None = None
     status: int = 0
+    at: float = 0.0  # time.monotonic() when it arrived
+    carried_out: bool = True  # False: an injected failure answered it before anything happened
 
 
 @dataclass
@@ -161,3 +163,4 @@ class InjectedFailure:
     remaining: int
     body: Any
     headers: dict[str, str]
+    after: bool = False  # carry the request out, then answer with the failure (a lost answer)

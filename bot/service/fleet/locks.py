@@ -31,6 +31,10 @@ class AdvisoryPrLocks:
     def __call__(self, repo: str, pr_number: int) -> AbstractAsyncContextManager[None]:
         return self.hold(f"paritybot:pr:{repo}#{pr_number}")
 
+    def job(self, job_id: str) -> AbstractAsyncContextManager[None]:
+        """Whoever sends a job's check runs (a replica's reconciler or its report loop) holds it."""
+        return self.hold(f"paritybot:job:{job_id}")
+
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         async with self._local[key], self._pool.connection() as conn:

@@ -1,30 +1,38 @@
 """What `serve` does for the agents when the store is PostgreSQL: it mints their clone tokens, tells
-GitHub what they recorded (a run started, a result), and runs the stalled-job reaper.
+GitHub what they recorded (a run started, was queued again, ended), and runs the stalled-job reaper.
+
+A run's end is published by the reconciler (:meth:`bot.service.reconciler.Reconciler.publish`):
+the agent's write of the final state marked the job ``report_due`` in the same transaction, and
+this loop only publishes it at once rather than at the reconciler's next pass (which sends it
+again should GitHub fail now). A start or a requeue is told here alone (``reported_state``).
 
 Agents and replicas wake each other with NOTIFY (``paritybot_jobs``, ``paritybot_tokens``); each
 loop also looks every second, so a missed notification (a dropped connection) costs at most that.
-Any number of replicas may run these loops: a job's report and a token request are taken under
-an advisory lock by one replica at a time, and a report is marked sent only after it was sent.
+Any number of replicas may run these loops: a job's state change and a token request are taken
+under an advisory lock by one replica at a time, and a change is marked told only after it was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import psycopg
 import structlog
 
 from bot.core.models import RunState
-from bot.service.executor import RunReporting
+from bot.service.executor import remember, report_started
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import SealError, seal
 from bot.service.github import GitHubApp
-from bot.service.store.postgres_fleet import JOBS_CHANNEL, TOKENS_CHANNEL, FleetStore, TokenRequest
+from bot.service.reconciler import Reconciler
+from bot.service.store.postgres import JOBS_CHANNEL
+from bot.service.store.postgres_fleet import TOKENS_CHANNEL, FleetStore, TokenRequest
 from bot.service.store.records import Job
+from bot.service.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +43,7 @@ POLL_S = 1.0
 class FleetLoops:
     store: FleetStore
     app: GitHubApp
-    reporting: RunReporting
+    reconciler: Reconciler
     locks: AdvisoryPrLocks
     database_url: str
     heartbeat_s: float
@@ -45,14 +53,14 @@ class FleetLoops:
     _tokens: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, supervisor: Supervisor) -> None:
         self._tasks = [
-            asyncio.create_task(self._supervised("listener", self._listen), name="fleet listener"),
-            asyncio.create_task(self._supervised("reports", self._report_loop), name="fleet reports"),
-            asyncio.create_task(self._supervised("tokens", self._token_loop), name="fleet tokens"),
-            asyncio.create_task(
-                reap_forever(self.store, self.heartbeat_s, self.stalled_after_s, self.max_attempts),
-                name="reaper",
+            supervisor.keep("fleet listener", self._listen),
+            supervisor.keep("fleet reports", self._report_loop),
+            supervisor.keep("fleet tokens", self._token_loop),
+            supervisor.keep(
+                "reaper",
+                partial(reap_forever, self.store, self.heartbeat_s, self.stalled_after_s, self.max_attempts),
             ),
         ]
 
@@ -62,17 +70,6 @@ class FleetLoops:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    @staticmethod
-    async def _supervised(name: str, loop: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            try:
-                await loop()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("fleet loop failed; starting it again", loop=name)
-                await asyncio.sleep(POLL_S)
 
     async def _listen(self) -> None:
         async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as conn:
@@ -93,8 +90,11 @@ class FleetLoops:
     async def _report_loop(self) -> None:
         while True:
             await self._wait(self._jobs)
-            for job in await asyncio.to_thread(self.store.jobs_to_report):
-                await self.report(job)
+            for job in await asyncio.to_thread(self.store.jobs_to_announce):
+                try:
+                    await self.report(job)
+                except Exception:
+                    log.exception("telling GitHub about a run failed; trying again", run_id=job.id)
 
     async def report(self, job: Job) -> None:
         async with self.locks.try_hold(f"paritybot:report:{job.id}") as held:
@@ -106,25 +106,20 @@ class FleetLoops:
             state = fresh.state
             structlog.contextvars.bind_contextvars(run_id=fresh.id, repo=fresh.repo, pr=fresh.pr_number)
             try:
-                if state == RunState.RUNNING:
-                    await self.reporting.started(fresh)
-                elif state == RunState.QUEUED:
-                    await self._refresh(fresh)
+                if state in (RunState.QUEUED, RunState.RUNNING):
+                    reporter = await self.reconciler.reporter(fresh)
+                    if reporter is not None and fresh.pr_number is not None:
+                        if state == RunState.RUNNING:
+                            await report_started(reporter, fresh)
+                        else:  # queued again after its agent was lost
+                            await reporter.refresh_summary(fresh.repo, fresh.pr_number)
                 else:
-                    report = await asyncio.to_thread(self.store.report, fresh.id)
-                    if report is None:
-                        report = fresh.report_without_results(
-                            state, fresh.error or "the run ended without results"
-                        )
-                    await self.reporting.finished(fresh, report)
-                await asyncio.to_thread(self.store.mark_reported, fresh.id, state)
+                    report = fresh.final_report(await asyncio.to_thread(self.store.report, fresh.id))
+                    await remember(self.store, self.locks, fresh, report)
+                    await self.reconciler.publish(fresh.id)  # still due if GitHub failed: its next pass
+                await asyncio.to_thread(self.store.mark_announced, fresh.id, state)
             finally:
                 structlog.contextvars.unbind_contextvars("run_id", "repo", "pr")
-
-    async def _refresh(self, job: Job) -> None:
-        reporter = await self.reporting.reporter(job)
-        if reporter is not None and job.pr_number is not None:
-            await reporter.refresh_summary(job.repo, job.pr_number)
 
     # --- clone tokens ---------------------------------------------------------------------------
 

@@ -26,12 +26,18 @@ from psycopg_pool import ConnectionPool
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.postgres_schema import migrate, safe_url
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, pr_key
+from runner.backends.base import StepProcess
 
 TASK_NAME = "paritybot.run"
 # How long a serve replica keeps a delivery it is handling before another replica may take it.
 DELIVERY_LEASE = timedelta(minutes=2)
 LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
+# Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
+# job's state changed, and the service tells GitHub (bot.service.fleet.service).
+JOBS_CHANNEL = "paritybot_jobs"
+# A final job has something to tell on GitHub only when it belongs to a pull request.
+DUE = "(pr_number IS NOT NULL)"
 
 
 def queue_lock(repo: str, pr_number: int | None, environment: str) -> str:
@@ -138,6 +144,25 @@ class PostgresStore:
         rows = self._query("SELECT status FROM deliveries WHERE delivery_id = %s", (delivery_id,))
         return DeliveryStatus(rows[0]["status"]) if rows else None
 
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        rows = self._query(
+            "SELECT delivery_id, event, body, received_at, attempts, status, error FROM deliveries "
+            "WHERE delivery_id = %s",
+            (delivery_id,),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return Delivery(
+            delivery_id=r["delivery_id"],
+            event=r["event"],
+            body=bytes(r["body"]),
+            received_at=r["received_at"],
+            attempts=r["attempts"],
+            status=DeliveryStatus(r["status"]),
+            error=r["error"],
+        )
+
     def delivery_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
 
@@ -221,7 +246,7 @@ class PostgresStore:
             for old in (r["id"] for r in waiting):
                 c.execute("SELECT procrastinate_cancel_job_v1(%s, false, false)", (old,))
                 c.execute(
-                    "UPDATE jobs SET state = 'cancelled', finished_at = now(), error = %s "
+                    f"UPDATE jobs SET state = 'cancelled', finished_at = now(), error = %s, report_due = {DUE} "
                     "WHERE queue_job_id = %s AND state = 'queued'",
                     (REPLACED, old),
                 )
@@ -239,11 +264,55 @@ class PostgresStore:
             (Jsonb(check_runs), job_id),
         )
 
-    def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None:
+    def intend_check_runs(self, job_id: str) -> bool:
+        with self._tx() as c:
+            row = c.execute(
+                "SELECT check_runs_intent_at FROM jobs WHERE id = %s FOR UPDATE", (job_id,)
+            ).fetchone()
+            if row is None or row["check_runs_intent_at"] is not None:
+                return row is not None
+            c.execute("UPDATE jobs SET check_runs_intent_at = now() WHERE id = %s", (job_id,))
+            return False
+
+    def set_check_run_sent(self, job_id: str, kind: str, digest: str) -> None:
         self._query(
-            "UPDATE jobs SET state = %s, finished_at = now(), error = %s, report = %s WHERE id = %s RETURNING 1",
-            (state.value, error, _report_json(report), job_id),
+            "UPDATE jobs SET check_run_sent = check_run_sent || jsonb_build_object(%s::text, %s::text) "
+            "WHERE id = %s RETURNING 1",
+            (kind, digest, job_id),
         )
+
+    def finish(
+        self,
+        job_id: str,
+        state: RunState,
+        report: RunReport | None,
+        error: str | None,
+        *,
+        attempt: int | None = None,
+    ) -> bool:
+        fence = "" if attempt is None else " AND state = 'running' AND attempts = %s"
+        with self._tx() as c:
+            row = c.execute(
+                f"UPDATE jobs SET state = %s, finished_at = now(), error = %s, report = %s, report_due = {DUE} "
+                f"WHERE id = %s{fence} RETURNING 1",
+                (state.value, error, _report_json(report), job_id, *(() if attempt is None else (attempt,))),
+            ).fetchone()
+            if row is not None:
+                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
+        return row is not None
+
+    def save_progress(self, job_id: str, attempt: int, report: RunReport) -> bool:
+        rows = self._query(
+            "UPDATE jobs SET report = %s WHERE id = %s AND state = 'running' AND attempts = %s RETURNING 1",
+            (_report_json(report), job_id, attempt),
+        )
+        return bool(rows)
+
+    def jobs_due_for_report(self) -> list[Job]:
+        return [_job(r) for r in self._query("SELECT * FROM jobs WHERE report_due ORDER BY seq")]
+
+    def mark_reported(self, job_id: str) -> None:
+        self._query("UPDATE jobs SET report_due = false WHERE id = %s RETURNING 1", (job_id,))
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Queued runs are cancelled with their queue job; running ones are flagged and their queue
@@ -259,9 +328,10 @@ class PostgresStore:
                 if r["queue_job_id"] is not None:
                     c.execute("SELECT procrastinate_cancel_job_v1(%s, true, false)", (r["queue_job_id"],))
                 if r["state"] == RunState.QUEUED.value:
+                    # Published by the canceller (the scheduler), at once: nothing left to announce.
                     c.execute(
                         "UPDATE jobs SET state = 'cancelled', finished_at = now(), error = %s, "
-                        "reported_state = 'cancelled' WHERE id = %s",
+                        f"reported_state = 'cancelled', report_due = {DUE} WHERE id = %s",
                         ("superseded before it started", r["id"]),
                     )
                 else:
@@ -311,21 +381,24 @@ class PostgresStore:
             pr_number=pr_number,
             comment_id=r["comment_id"],
             comment_body_hash=r["comment_body_hash"],
+            comment_pending=r["comment_pending"],
             last_verdict=r["last_verdict"],
             failed_tests=r["failed_tests"],
         )
 
     def save_pull_state(self, state: PullState) -> None:
         self._query(
-            "INSERT INTO pulls (repo, pr_number, comment_id, comment_body_hash, last_verdict, failed_tests) "
-            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (repo, pr_number) DO UPDATE SET "
+            "INSERT INTO pulls (repo, pr_number, comment_id, comment_body_hash, comment_pending, last_verdict, "
+            "failed_tests) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (repo, pr_number) DO UPDATE SET "
             "comment_id = excluded.comment_id, comment_body_hash = excluded.comment_body_hash, "
-            "last_verdict = excluded.last_verdict, failed_tests = excluded.failed_tests RETURNING 1",
+            "comment_pending = excluded.comment_pending, last_verdict = excluded.last_verdict, "
+            "failed_tests = excluded.failed_tests RETURNING 1",
             (
                 state.repo,
                 state.pr_number,
                 state.comment_id,
                 state.comment_body_hash,
+                state.comment_pending,
                 state.last_verdict,
                 Jsonb(state.failed_tests),
             ),
@@ -344,6 +417,27 @@ class PostgresStore:
             (repo, pr_number),
         )
         return [(r["sha"], r["approver"]) for r in rows]
+
+    # process groups a host runner started --------------------------------------------------------
+
+    def record_step_process(self, job_id: str, attempt: int, process: StepProcess) -> None:
+        self._query(
+            "INSERT INTO step_processes (pgid, boot_id, start_ticks, job_id, attempt, step) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (pgid, boot_id, start_ticks) DO UPDATE SET "
+            "job_id = excluded.job_id, attempt = excluded.attempt, step = excluded.step, started_at = now() "
+            "RETURNING 1",
+            (process.pgid, process.boot_id, process.start_ticks, job_id, attempt, process.step),
+        )
+
+    def forget_step_process(self, process: StepProcess) -> None:
+        self._query(
+            "DELETE FROM step_processes WHERE pgid = %s AND boot_id = %s AND start_ticks = %s RETURNING 1",
+            (process.pgid, process.boot_id, process.start_ticks),
+        )
+
+    def step_processes(self) -> list[StepProcess]:
+        rows = self._query("SELECT pgid, boot_id, start_ticks, step FROM step_processes ORDER BY started_at")
+        return [StepProcess(r["pgid"], r["boot_id"], r["start_ticks"], r["step"]) for r in rows]
 
     # baselines ------------------------------------------------------------------------------------
 
@@ -378,6 +472,9 @@ def _job(r: dict[str, Any]) -> Job:
         state=RunState(r["state"]),
         attempts=r["attempts"],
         check_runs=r["check_runs"],
+        check_runs_intent_at=r["check_runs_intent_at"],
+        check_run_sent=r["check_run_sent"],
+        report_due=r["report_due"],
         cancel_requested=r["cancel_requested"],
         created_at=r["created_at"],
         started_at=r["started_at"],

@@ -17,11 +17,10 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from bot.core.models import RunReport, RunState
-from bot.service.store.postgres import PostgresStore, _job, _report_json, queue_lock
+from bot.service.store.postgres import DUE, JOBS_CHANNEL, PostgresStore, _job, _report_json, queue_lock
 from bot.service.store.records import Job
 
-# Agents and the service wake each other through these NOTIFY channels (the payload is a job id).
-JOBS_CHANNEL = "paritybot_jobs"  # a job's state changed: the service reports it on GitHub
+# Besides JOBS_CHANNEL, agents and the service wake each other through these NOTIFY channels.
 TOKENS_CHANNEL = "paritybot_tokens"  # an agent asks for a clone token
 TOKEN_READY_CHANNEL = "paritybot_token_ready"  # the service answered one
 
@@ -128,8 +127,8 @@ class FleetStore(PostgresStore):
         }
         with self._tx() as c:
             row = c.execute(
-                "UPDATE jobs SET state = %(state)s, finished_at = now(), error = %(error)s, report = %(report)s "
-                f"WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
+                "UPDATE jobs SET state = %(state)s, finished_at = now(), error = %(error)s, report = %(report)s, "
+                f"report_due = {DUE} WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
                 args,
             ).fetchone()
             c.execute("DELETE FROM job_tokens WHERE queue_job_id = %s", (queue_job_id,))
@@ -216,7 +215,7 @@ class FleetStore(PostgresStore):
             self._requeue(c, row)
             return "requeued"
         c.execute(
-            "UPDATE jobs SET state = %s, error = %s, finished_at = now() WHERE id = %s",
+            f"UPDATE jobs SET state = %s, error = %s, finished_at = now(), report_due = {DUE} WHERE id = %s",
             (state, error, row["id"]),
         )
         c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, row["id"]))
@@ -263,12 +262,13 @@ class FleetStore(PostgresStore):
 
     # reporting --------------------------------------------------------------------------------------
 
-    def jobs_to_report(self, limit: int = 50) -> list[Job]:
-        """Jobs whose state GitHub has not been told about yet, oldest first."""
+    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
+        """Jobs whose state change (started, queued again, ended) the service has not told GitHub
+        about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
         rows = self._query(
             "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state ORDER BY seq LIMIT %s", (limit,)
         )
         return [_job(r) for r in rows]
 
-    def mark_reported(self, job_id: str, state: RunState) -> None:
+    def mark_announced(self, job_id: str, state: RunState) -> None:
         self._query("UPDATE jobs SET reported_state = %s WHERE id = %s RETURNING 1", (state.value, job_id))

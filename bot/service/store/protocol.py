@@ -1,8 +1,8 @@
 """The store and queue, as the service uses it: one protocol, whatever the backend.
 
-The service types against :class:`Store` only; ``bot.service.app`` picks the backend (today the
-embedded SQLite one, :mod:`bot.service.store.sqlite`; a PostgreSQL one for several hosts comes
-next). Everything here is backend-neutral: plain values and the records of
+The service types against :class:`Store` only; ``bot.service.app`` picks the backend: the
+embedded SQLite one (:mod:`bot.service.store.sqlite`, one machine, also an :class:`EmbeddedQueue`)
+or PostgreSQL (:mod:`bot.service.store.postgres`, several hosts). Everything here is backend-neutral: plain values and the records of
 :mod:`bot.service.store.records` in, the same out. Calls are synchronous and short; async callers
 run them with ``asyncio.to_thread``. Each method is one transaction.
 """
@@ -13,6 +13,7 @@ from typing import Protocol
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+from runner.backends.base import StepProcess
 
 
 class StoreError(Exception):
@@ -44,6 +45,10 @@ class Store(Protocol):
         ...
 
     def delivery_status(self, delivery_id: str) -> DeliveryStatus | None: ...
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        """A delivery as recorded: its status, attempts and last error."""
+        ...
+
     def delivery_count(self) -> int: ...
     def delivery_status_count(self, status: DeliveryStatus) -> int: ...
 
@@ -64,8 +69,41 @@ class Store(Protocol):
         ...
 
     def get_job(self, job_id: str) -> Job | None: ...
-    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None: ...
-    def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None: ...
+    def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None:
+        """Add check run ids (check kind → id) to those the job has."""
+        ...
+
+    def intend_check_runs(self, job_id: str) -> bool:
+        """Record, before the first request, that the job's check runs are being created; True when
+        it was recorded before (some may exist whose ids were never saved: look them up first)."""
+        ...
+
+    def set_check_run_sent(self, job_id: str, kind: str, digest: str) -> None:
+        """The digest of the last body sent for the job's check run of ``kind``."""
+        ...
+
+    def finish(
+        self,
+        job_id: str,
+        state: RunState,
+        report: RunReport | None,
+        error: str | None,
+        *,
+        attempt: int | None = None,
+    ) -> bool:
+        """A final state, due to be reported on GitHub. With ``attempt``: only while that attempt
+        still runs the job (fencing); False when it does not."""
+        ...
+
+    def save_progress(self, job_id: str, attempt: int, report: RunReport) -> bool:
+        """The results so far of a running attempt; False when the job is no longer its."""
+        ...
+
+    def jobs_due_for_report(self) -> list[Job]:
+        """Final jobs whose state GitHub does not show yet, oldest first."""
+        ...
+
+    def mark_reported(self, job_id: str) -> None: ...
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Cancel the PR's queued jobs and flag its running ones (not those of ``keep_sha``)."""
@@ -95,6 +133,14 @@ class Store(Protocol):
         """(head SHA, approver) pairs: who asked for a run of which commit."""
         ...
 
+    # process groups the host runner started ------------------------------------------------------
+
+    def record_step_process(self, job_id: str, attempt: int, process: StepProcess) -> None: ...
+    def forget_step_process(self, process: StepProcess) -> None: ...
+    def step_processes(self) -> list[StepProcess]:
+        """Every step process group recorded and not yet seen to end, oldest first."""
+        ...
+
     # the CI reference: the probe of an environment on the default branch -------------------------
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...
@@ -109,6 +155,13 @@ class EmbeddedQueue(Store, Protocol):
         """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
         ...
 
-    def recover(self, max_attempts: int) -> tuple[int, int]:
-        """After a crash: running jobs are requeued, or failed past max_attempts. (requeued, failed)"""
+    def heartbeat(self, job_id: str, attempt: int) -> bool:
+        """The worker of ``attempt`` is alive; False when the job is no longer its."""
+        ...
+
+    def recover(self, max_attempts: int, *, stale_after_s: float | None = None) -> tuple[int, int]:
+        """Running jobs whose process is gone (all at start-up; with ``stale_after_s``, those whose
+        heartbeat is older) are requeued, or failed past max_attempts and due to be reported.
+        Returns (requeued, failed). With several hosts the reaper does this instead
+        (:mod:`bot.service.fleet.reaper`), from procrastinate's heartbeats of the agents."""
         ...

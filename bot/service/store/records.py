@@ -27,6 +27,8 @@ class Delivery(BaseModel):
     body: bytes
     received_at: datetime
     attempts: int = 0
+    status: DeliveryStatus = DeliveryStatus.RECEIVED
+    error: str | None = Field(None, description="why its last attempt failed, in one line")
 
 
 class Job(BaseModel):
@@ -42,6 +44,14 @@ class Job(BaseModel):
     state: RunState
     attempts: int = 0
     check_runs: dict[str, int] = Field(default_factory=dict, description="check kind → check run id")
+    check_runs_intent_at: datetime | None = Field(
+        None, description="when creating its check runs was first tried: a retry looks them up first"
+    )
+    check_run_sent: dict[str, str] = Field(
+        default_factory=dict, description="check kind → digest of the last body sent for it"
+    )
+    report_due: bool = Field(False, description="final, and GitHub does not show it yet")
+    heartbeat_at: datetime | None = None
     cancel_requested: bool = False
     created_at: datetime
     started_at: datetime | None = None
@@ -49,6 +59,21 @@ class Job(BaseModel):
     error: str | None = None
     queue_job_id: int | None = Field(None, description="several hosts: the queue job of its current attempt")
     host: str | None = Field(None, description="several hosts: the agent's host running it")
+
+    def external_id(self, kind: str) -> str:
+        """The check run's ``external_id``: names the job and the check, so a retry finds it."""
+        return f"{self.id}/{kind}"
+
+    def final_report(self, stored: RunReport | None) -> RunReport:
+        """What a final job's check runs and summary show: its report; for a run stopped part-way
+        (a restart, a silent worker), the results it had so far and why it stopped; else why it
+        has none."""
+        if stored is not None and stored.state == self.state:
+            return stored
+        error = self.error or "the run ended without results"
+        if stored is not None:
+            return stored.model_copy(update={"state": self.state, "error": error})
+        return self.report_without_results(self.state, error)
 
     def report_without_results(self, state: RunState, error: str) -> RunReport:
         """The report of a run that ended before producing results (cancelled, broken)."""
@@ -70,6 +95,9 @@ class PullState(BaseModel):
     pr_number: int
     comment_id: int | None = None
     comment_body_hash: str | None = Field(None, description="skip identical rewrites of the comment")
+    comment_pending: bool = Field(
+        False, description="a new summary was being posted: look for it before posting another"
+    )
     last_verdict: str | None = None
     failed_tests: dict[str, list[str]] = Field(
         default_factory=dict, description="environment → node ids that failed in its last run"

@@ -16,11 +16,25 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bot.core.kinds import COMMAND
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
 from bot.service.store.sqlite_schema import migrate
+from runner.backends.base import StepProcess
 
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+# A final job has something to tell on GitHub only when it belongs to a pull request.
+_DUE = "CASE WHEN pr_number IS NULL THEN 0 ELSE 1 END"
+
+
+def interrupted_error(attempts: int, cause: str) -> str:
+    """What a run stopped by ``cause`` on each of its ``attempts`` says, in its check runs and summary."""
+    times = {1: "once", 2: "twice"}.get(attempts, f"{attempts} times")
+    return f"{cause} {times} during this run; comment `{COMMAND}` to run it again"
+
+
+RESTARTED = "paritybot restarted"
+WORKER_LOST = "the worker running it stopped answering"
 
 
 def _now() -> str:
@@ -36,6 +50,18 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
+
+
+def _delivery(row: sqlite3.Row) -> Delivery:
+    return Delivery(
+        delivery_id=row["delivery_id"],
+        event=row["event"],
+        body=row["body"],
+        received_at=datetime.fromisoformat(row["received_at"]),
+        attempts=row["attempts"],
+        status=DeliveryStatus(row["status"]),
+        error=row["error"],
+    )
 
 
 class SQLiteStore:
@@ -87,20 +113,11 @@ class SQLiteStore:
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         rows = self._query(
-            "SELECT delivery_id, event, body, received_at, attempts FROM deliveries "
+            "SELECT delivery_id, event, body, received_at, attempts, status, error FROM deliveries "
             "WHERE status = 'received' AND (not_before IS NULL OR not_before <= ?) ORDER BY rowid LIMIT ?",
             (_now(), limit),
         )
-        return [
-            Delivery(
-                delivery_id=r["delivery_id"],
-                event=r["event"],
-                body=r["body"],
-                received_at=datetime.fromisoformat(r["received_at"]),
-                attempts=r["attempts"],
-            )
-            for r in rows
-        ]
+        return [_delivery(r) for r in rows]
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
         with self._tx() as c:
@@ -121,6 +138,14 @@ class SQLiteStore:
     def delivery_status(self, delivery_id: str) -> DeliveryStatus | None:
         rows = self._query("SELECT status FROM deliveries WHERE delivery_id = ?", (delivery_id,))
         return DeliveryStatus(rows[0]["status"]) if rows else None
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        rows = self._query(
+            "SELECT delivery_id, event, body, received_at, attempts, status, error FROM deliveries "
+            "WHERE delivery_id = ?",
+            (delivery_id,),
+        )
+        return _delivery(rows[0]) if rows else None
 
     def delivery_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM deliveries")[0]["n"])
@@ -187,8 +212,9 @@ class SQLiteStore:
             if row is None:
                 return None
             c.execute(
-                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ? WHERE id = ?",
-                (_now(), row[0]),
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, heartbeat_at = ? "
+                "WHERE id = ?",
+                (_now(), _now(), row[0]),
             )
         return self.get_job(row[0])
 
@@ -212,6 +238,10 @@ class SQLiteStore:
             state=RunState(r["state"]),
             attempts=r["attempts"],
             check_runs=json.loads(r["check_runs"]),
+            check_runs_intent_at=ts(r["check_runs_intent_at"]),
+            check_run_sent=json.loads(r["check_run_sent"]),
+            report_due=bool(r["report_due"]),
+            heartbeat_at=ts(r["heartbeat_at"]),
             cancel_requested=bool(r["cancel_requested"]),
             created_at=datetime.fromisoformat(r["created_at"]),
             started_at=ts(r["started_at"]),
@@ -220,15 +250,83 @@ class SQLiteStore:
         )
 
     def set_check_runs(self, job_id: str, check_runs: dict[str, int]) -> None:
+        """Add check run ids (check kind → id) to those the job has."""
         with self._tx() as c:
-            c.execute("UPDATE jobs SET check_runs = ? WHERE id = ?", (json.dumps(check_runs), job_id))
+            row = c.execute("SELECT check_runs FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is not None:
+                merged = json.loads(row[0]) | check_runs
+                c.execute("UPDATE jobs SET check_runs = ? WHERE id = ?", (json.dumps(merged), job_id))
 
-    def finish(self, job_id: str, state: RunState, report: RunReport | None, error: str | None) -> None:
+    def intend_check_runs(self, job_id: str) -> bool:
+        """Record that the job's check runs are about to be created; True when that was recorded
+        before (a request may have created some whose ids were never saved: look them up)."""
         with self._tx() as c:
-            c.execute(
-                "UPDATE jobs SET state = ?, finished_at = ?, error = ?, report = ? WHERE id = ?",
-                (state.value, _now(), error, report.model_dump_json() if report else None, job_id),
+            row = c.execute("SELECT check_runs_intent_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row[0] is not None:
+                return row is not None
+            c.execute("UPDATE jobs SET check_runs_intent_at = ? WHERE id = ?", (_now(), job_id))
+            return False
+
+    def set_check_run_sent(self, job_id: str, kind: str, digest: str) -> None:
+        with self._tx() as c:
+            row = c.execute("SELECT check_run_sent FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is not None:
+                sent = json.loads(row[0]) | {kind: digest}
+                c.execute("UPDATE jobs SET check_run_sent = ? WHERE id = ?", (json.dumps(sent), job_id))
+
+    def finish(
+        self,
+        job_id: str,
+        state: RunState,
+        report: RunReport | None,
+        error: str | None,
+        *,
+        attempt: int | None = None,
+    ) -> bool:
+        """Record a final state, due to be reported. With ``attempt``, only if that attempt still
+        runs the job (a worker the reaper gave up on must not overwrite its retry); else False."""
+        fence = "" if attempt is None else " AND state = 'running' AND attempts = ?"
+        with self._tx() as c:
+            cur = c.execute(
+                f"UPDATE jobs SET state = ?, finished_at = ?, error = ?, report = ?, report_due = {_DUE}, "
+                f"heartbeat_at = NULL WHERE id = ?{fence}",
+                (
+                    state.value,
+                    _now(),
+                    error,
+                    report.model_dump_json() if report else None,
+                    job_id,
+                    *(() if attempt is None else (attempt,)),
+                ),
             )
+            return cur.rowcount == 1
+
+    def save_progress(self, job_id: str, attempt: int, report: RunReport) -> bool:
+        """The results so far of a running job (shown in the summary); False when it is no longer
+        this attempt's."""
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE jobs SET report = ? WHERE id = ? AND state = 'running' AND attempts = ?",
+                (report.model_dump_json(), job_id, attempt),
+            )
+            return cur.rowcount == 1
+
+    def heartbeat(self, job_id: str, attempt: int) -> bool:
+        """The worker running ``attempt`` is alive; False when the job is no longer its to run."""
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND state = 'running' AND attempts = ?",
+                (_now(), job_id, attempt),
+            )
+            return cur.rowcount == 1
+
+    def jobs_due_for_report(self) -> list[Job]:
+        rows = self._query("SELECT * FROM jobs WHERE report_due = 1 ORDER BY seq")
+        return [self._job(r) for r in rows]
+
+    def mark_reported(self, job_id: str) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET report_due = 0 WHERE id = ?", (job_id,))
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         with self._tx() as c:
@@ -240,7 +338,8 @@ class SQLiteStore:
             for job_id, state in rows:
                 if state == RunState.QUEUED.value:
                     c.execute(
-                        "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = ? WHERE id = ?",
+                        f"UPDATE jobs SET state = 'cancelled', finished_at = ?, error = ?, report_due = {_DUE} "
+                        "WHERE id = ?",
                         (_now(), "superseded before it started", job_id),
                     )
                 else:
@@ -261,17 +360,38 @@ class SQLiteStore:
             return None
         return int(rows[0]["pos"])
 
-    def recover(self, max_attempts: int) -> tuple[int, int]:
+    def recover(self, max_attempts: int, *, stale_after_s: float | None = None) -> tuple[int, int]:
+        """Running jobs whose process is gone: all of them at start-up (``stale_after_s`` None), else
+        those whose heartbeat is older than that. Each is queued again, or failed once it has had
+        ``max_attempts``, saying how often it was stopped; a failed one is due to be reported.
+        Returns (requeued, failed)."""
+        args: tuple[str, ...] = ()
+        if stale_after_s is None:
+            where, cause = "state = 'running'", RESTARTED
+        else:
+            cutoff = (datetime.now(UTC) - timedelta(seconds=stale_after_s)).isoformat()
+            where = "state = 'running' AND (heartbeat_at IS NULL OR heartbeat_at < ?)"
+            args, cause = (cutoff,), WORKER_LOST
+        requeued = failed = 0
         with self._tx() as c:
-            failed = c.execute(
-                "UPDATE jobs SET state = 'failed', finished_at = ?, "
-                "error = 'interrupted by a restart too many times' "
-                "WHERE state = 'running' AND attempts >= ?",
-                (_now(), max_attempts),
-            ).rowcount
-            requeued = c.execute(
-                "UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'"
-            ).rowcount
+            for job_id, attempts in c.execute(
+                f"SELECT id, attempts FROM jobs WHERE {where}", args
+            ).fetchall():
+                if attempts >= max_attempts:
+                    c.execute(
+                        f"UPDATE jobs SET state = 'failed', finished_at = ?, error = ?, report_due = {_DUE}, "
+                        "heartbeat_at = NULL WHERE id = ?",
+                        (_now(), interrupted_error(attempts, cause), job_id),
+                    )
+                    failed += 1
+                else:
+                    # The dead attempt's results so far are dropped: the next attempt starts afresh.
+                    c.execute(
+                        "UPDATE jobs SET state = 'queued', started_at = NULL, heartbeat_at = NULL, "
+                        "report = NULL WHERE id = ?",
+                        (job_id,),
+                    )
+                    requeued += 1
         return requeued, failed
 
     def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
@@ -304,6 +424,7 @@ class SQLiteStore:
             pr_number=pr_number,
             comment_id=r["comment_id"],
             comment_body_hash=r["comment_body_hash"],
+            comment_pending=bool(r["comment_pending"]),
             last_verdict=r["last_verdict"],
             failed_tests=json.loads(r["failed_tests"]),
         )
@@ -311,9 +432,12 @@ class SQLiteStore:
     def save_pull_state(self, state: PullState) -> None:
         with self._tx() as c:
             c.execute(
-                "INSERT INTO pulls VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(repo, pr_number) DO UPDATE SET "
+                "INSERT INTO pulls (repo, pr_number, comment_id, comment_body_hash, last_verdict, "
+                "failed_tests, comment_pending) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(repo, pr_number) DO UPDATE SET "
                 "comment_id = excluded.comment_id, comment_body_hash = excluded.comment_body_hash, "
-                "last_verdict = excluded.last_verdict, failed_tests = excluded.failed_tests",
+                "last_verdict = excluded.last_verdict, failed_tests = excluded.failed_tests, "
+                "comment_pending = excluded.comment_pending",
                 (
                     state.repo,
                     state.pr_number,
@@ -321,6 +445,7 @@ class SQLiteStore:
                     state.comment_body_hash,
                     state.last_verdict,
                     json.dumps(state.failed_tests),
+                    int(state.comment_pending),
                 ),
             )
 
@@ -336,6 +461,26 @@ class SQLiteStore:
             "SELECT sha, approver FROM approvals WHERE repo = ? AND pr_number = ?", (repo, pr_number)
         )
         return [(r["sha"], r["approver"]) for r in rows]
+
+    # process groups of host-runner steps ---------------------------------------------------------
+
+    def record_step_process(self, job_id: str, attempt: int, process: StepProcess) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO step_processes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (process.pgid, process.boot_id, process.start_ticks, job_id, attempt, process.step, _now()),
+            )
+
+    def forget_step_process(self, process: StepProcess) -> None:
+        with self._tx() as c:
+            c.execute(
+                "DELETE FROM step_processes WHERE pgid = ? AND boot_id = ? AND start_ticks = ?",
+                (process.pgid, process.boot_id, process.start_ticks),
+            )
+
+    def step_processes(self) -> list[StepProcess]:
+        rows = self._query("SELECT pgid, boot_id, start_ticks, step FROM step_processes ORDER BY started_at")
+        return [StepProcess(r["pgid"], r["boot_id"], r["start_ticks"], r["step"]) for r in rows]
 
     # baselines ------------------------------------------------------------------------------------
 

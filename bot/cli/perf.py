@@ -1,0 +1,121 @@
+"""`paritybot perf`: the pull request's performance comparison, on a local checkout, before pushing.
+
+The base (the merge base with ``--base``) and the head are exported from git's objects side by
+side into a temporary workspace, then compared exactly as a run does (``runner/perf``): the
+benchmarks the base's config names (``performance:``), else the pytest-benchmark tests pytest
+finds, in alternating rounds, on this machine or in the environment's image.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from bot.cli.checkout import commit_of, coverage_dir, open_checkout
+from bot.core.config import CONFIG_PATH, ConfigError, PerformanceSettings, RepoConfig, parse_repo_config
+from bot.core.models import Selection
+from bot.core.perf import DriverReport, PerfThresholds, Verdict, outcome
+from bot.render.performance import performance_section
+from runner import gitdiff
+from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
+from runner.git import GitError, export_commit
+from runner.gitdiff import UnsafeFileError
+from runner.perf.stats import compare_all
+from runner.perf.step import (
+    SIDES,
+    SIDES_DIR,
+    PerfRunError,
+    parse_results,
+    perf_step,
+    plan_from_settings,
+    selected_benchmarks,
+    why_selected,
+)
+from runner.selection.coverage_map import CoverageMapStore
+from runner.selection.pr import select_tests
+
+
+async def compare_local(
+    repo: Path,
+    base: str,
+    head: str,
+    runner_factory: RunnerFactory,
+    config: RepoConfig,
+    names: list[str] | None = None,
+) -> tuple[DriverReport, PerformanceSettings]:
+    settings = config.performance
+    workspace = Path(tempfile.mkdtemp(prefix="paritybot-perf-"))
+    try:
+        for side, sha in zip(SIDES, (base, head), strict=True):
+            export_commit(repo, sha, workspace / SIDES_DIR / side)
+        plan = plan_from_settings(
+            settings, base_root=f"{SIDES_DIR}/base", head_root=f"{SIDES_DIR}/head", names=names
+        )
+        request = RunnerRequest(
+            environment=config.default_environment(),
+            run_id=f"perf-{uuid.uuid4().hex[:12]}",
+            trusted_code=True,
+        )
+        runner = await runner_factory(request)
+        try:
+            await runner.prepare()
+            result = await runner.run(perf_step(plan), workspace)
+        finally:
+            await runner.close()
+        return parse_results(result), settings
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+async def perf_main(
+    repo: Path, base: str, head: str, runner_factory: RunnerFactory, *, affected: bool = False
+) -> int:
+    """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input.
+
+    With ``affected``, only the pytest benchmarks the change can affect run, chosen by the same
+    selection as the tests (``runner.selection.pr.select_tests``: the nearest usable coverage map,
+    else static signals),
+    and each compared benchmark is listed with the selection's reasons.
+    """
+    repo = open_checkout(repo)
+    base_commit, head_sha = commit_of(repo, base, "--base"), commit_of(repo, head, "--head")
+    try:
+        base_sha = gitdiff.merge_base(repo, base_commit, head_sha)
+        # The base's config, as the App reads it: a change must not choose its own thresholds.
+        config = parse_repo_config(gitdiff.read_file(repo, base_sha, CONFIG_PATH))
+        selection = _selection(repo, base_sha, head_sha, config) if affected else None
+        names = selected_benchmarks(selection) if selection is not None else None
+        report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config, names)
+    except (GitError, UnsafeFileError, ConfigError, RunnerError, PerfRunError) as exc:
+        print(f"paritybot perf: {exc}", file=sys.stderr)
+        return 2
+    limits = PerfThresholds(threshold=settings.threshold, confidence=settings.confidence)
+    comparisons = compare_all(report, limits)
+    for problem in [*(f"{e.kind} on {e.side.value}: {e.message}" for e in report.errors), *report.warnings]:
+        print(f"paritybot perf: {problem}", file=sys.stderr)
+    print(
+        performance_section(
+            comparisons, report.benchmarks, threshold=limits.threshold, confidence=limits.confidence
+        )
+    )
+    if selection is not None:
+        print("\nWhy these benchmarks:")
+        for c in comparisons:
+            reasons = (
+                why_selected(c.name, selection)
+                if c.kind == "pytest"
+                else ["not a pytest benchmark: always run"]
+            )
+            print(f"- {c.name}: {'; '.join(reasons) or 'selected'}")
+    result = outcome(comparisons, threshold=limits.threshold, blocking=True)
+    print(f"\n{result.title}")
+    return 1 if any(c.verdict is Verdict.REGRESSION for c in comparisons) else 0
+
+
+def _selection(repo: Path, base_sha: str, head_sha: str, config: RepoConfig) -> Selection:
+    settings = config.tests
+    maps = CoverageMapStore(coverage_dir(repo)) if settings.use_coverage_map else None
+    return select_tests(repo, base_sha, head_sha, settings, maps)

@@ -1,0 +1,818 @@
+"""paritybot's A/B benchmark driver, run inside the run's image beside two checkouts.
+
+Standard library only, valid on Python 3.8. Injected by paritybot as ``paritybot_perf_driver.py``
+next to ``paritybot_perf_pytest.py`` (the pytest plugin, which imports the worker half of this
+file)::
+
+    python3 -I paritybot_perf_driver.py SPEC OUT     compare base and head as SPEC says, write OUT
+    python3 paritybot_perf_driver.py asv-worker DIR  (internal) one side's asv benchmarks
+    python3 paritybot_perf_driver.py pytest-worker … (internal) one side's pytest, with the plugin
+
+SPEC (JSON) names the two checkouts (``sides.base``/``sides.head``: ``root``, ``paths`` put on
+``PYTHONPATH`` relative to the root, ``python``), the benchmark kinds to run (``pytest``: pytest
+tests that use the ``benchmark`` fixture; ``asv``: an asv suite; ``command``: a command that prints
+the JSON shape of docs/performance.md) and the measuring plan (rounds, warm-up, time per round).
+
+Each side runs in processes of its own, started in its own checkout with its own paths first on
+``sys.path``, so ``import yourpackage`` means that side's code. For pytest and asv one process per
+side stays parked inside each benchmark while the driver asks the two in turn for one *round* (the
+same number of calls on both sides), alternating which side goes first: base, head, head, base …
+Warm-up rounds are discarded. Only the driver decides when anything is timed, so drift and noisy
+neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
+side; its own samples' median is the round's value.
+
+OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
+first, or the error that stopped it; paritybot's statistics (runner/perf/stats.py) read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+
+with contextlib.suppress(ImportError):  # not on every system; then no round is known to be preempted
+    import resource
+import subprocess
+import sys
+import time
+
+VERSION = 1
+SIDES = ("base", "head")
+# Caps on what one benchmark process may send: the driver stays small whatever a PR prints.
+MAX_LINE = 1 << 16
+MAX_NAME = 300
+MAX_MESSAGE = 2000
+MAX_BENCHMARKS = 500
+COMMAND_OUTPUT_MAX = 4 << 20
+FDS_VARIABLE = "PARITYBOT_PERF_FDS"
+PATHS_VARIABLE = "PARITYBOT_PERF_PATHS"
+SCRIPT = os.path.abspath(__file__)
+# The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
+PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
+CALIBRATE_S = 0.002
+TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
+
+
+# --- the worker half: runs inside each side's process ------------------------------------------
+
+
+class Channel:
+    """The worker's end of the two pipes the driver opened; JSON lines both ways."""
+
+    def __init__(self):
+        read_fd, write_fd = (int(fd) for fd in os.environ[FDS_VARIABLE].split(","))
+        self._read = os.fdopen(read_fd, "r", encoding="utf-8")
+        self._write = write_fd
+
+    def send(self, **message):
+        data = (json.dumps(message) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(self._write, data) :]
+
+    def receive(self):
+        line = self._read.readline()
+        return json.loads(line) if line else {"cmd": "stop"}
+
+
+def _cuda_sync():
+    # Asynchronous GPU work must be finished inside the timed interval; only a process that has
+    # already initialised CUDA can have any in flight, so nothing is imported or initialised here.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception:
+            pass
+
+
+def _preemptions():
+    """How often the scheduler has taken the CPU from this thread so far (Linux; 0 elsewhere)."""
+    try:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+    except (AttributeError, NameError, OSError):
+        return 0
+
+
+def timer(call, setup=None):
+    """``timed(n)``: (seconds for ``n`` calls of ``call``, GPU work included; whether the scheduler
+    took the CPU away meanwhile). ``setup`` runs untimed."""
+
+    def timed(n):
+        args = setup() if setup is not None else None
+        _cuda_sync()
+        before = _preemptions()
+        start = time.perf_counter()
+        if args is None:
+            for _ in range(n):
+                call()
+        else:
+            for _ in range(n):
+                call(*args[0], **args[1])
+        _cuda_sync()
+        elapsed = time.perf_counter() - start
+        return elapsed, _preemptions() != before
+
+    return timed
+
+
+def serve(channel, name, timed, fixed_n=None):
+    """Say ready, then calibrate or time one round per command, until told to stop.
+
+    The driver sends the commands to one process at a time, so no two processes ever time at once,
+    calibration included.
+    """
+    channel.send(ev="ready", name=name)
+    while True:
+        command = channel.receive()
+        if command.get("name", name) != name:
+            continue  # a stop meant for an earlier benchmark that ended in an error
+        what = command.get("cmd")
+        if what == "calibrate":
+            n, (elapsed, _) = 1, timed(1)
+            while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
+                n *= 10
+                elapsed, _ = timed(n)
+            # The fastest of three: a neighbour can only make a try slower.
+            elapsed = min([elapsed] + [timed(n)[0] for _ in range(2)])
+            channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
+        elif what == "run":
+            calls = fixed_n or int(command["n"])
+            rounds = [timed(calls) for _ in range(max(1, int(command.get("rounds", 1))))]
+            times = [elapsed for elapsed, _ in rounds]
+            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[p for _, p in rounds])
+        else:
+            return
+
+
+def foreign_imports():
+    """This side's own modules that were imported from elsewhere (an installed copy), with where.
+
+    A package that exists in the checkout but comes from site-packages would make both sides run
+    the same code, and a "no difference" that means nothing.
+    """
+    roots = [os.path.realpath(p) for p in os.environ.get(PATHS_VARIABLE, "").split(os.pathsep) if p]
+    inside = tuple(root + os.sep for root in roots)
+    found = set()
+    # A src layout whose src/ is not on the side's paths is the usual way to import an installed copy.
+    for root in roots + [os.path.join(r, "src") for r in roots]:
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry[:-3] if entry.endswith(".py") else entry
+            if not (entry.endswith(".py") or os.path.isfile(os.path.join(root, entry, "__init__.py"))):
+                continue
+            where = getattr(sys.modules.get(name), "__file__", None)
+            if where and not os.path.realpath(where).startswith(inside):
+                found.add(f"{name} from {where}")
+    return sorted(found)[:20]
+
+
+def describe(exc):
+    text = f"{type(exc).__name__}: {exc}"
+    return text[:MAX_MESSAGE]
+
+
+# --- asv: discovery and one side's worker, with asv's own naming and semantics ------------------
+
+
+def _strip_comments(text):
+    # asv.conf.json allows // comments on their own lines.
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+
+
+def asv_benchmark_dir(config_path):
+    with open(config_path, encoding="utf-8") as fh:
+        config = json.loads(_strip_comments(fh.read()))
+    return os.path.join(os.path.dirname(config_path) or ".", config.get("benchmark_dir", "benchmarks"))
+
+
+def _asv_modules(bench_dir):
+    import importlib
+    import pkgutil
+
+    parent, package = os.path.split(os.path.abspath(bench_dir))
+    sys.path.insert(0, parent)
+    pending = [package]
+    while pending:
+        module = importlib.import_module(pending.pop(0))
+        yield module
+        if getattr(module, "__path__", None):
+            pending[:0] = [
+                name for _, name, _ in pkgutil.iter_modules(module.__path__, module.__name__ + ".")
+            ]
+
+
+def _asv_params(owner):
+    params = getattr(owner, "params", None)
+    if params is None:
+        return [()]
+    if not params or not isinstance(params[0], (list, tuple)):
+        params = [params]  # asv: a single list is one parameter
+    combos: list = [()]
+    for values in params:
+        combos = [(*c, v) for c in combos for v in values]
+    return combos
+
+
+def asv_benchmarks(bench_dir):
+    """name → (owner, attribute name, params): asv's ``time_*`` benchmarks, named as asv names them."""
+    import inspect
+
+    found = {}
+    for module in _asv_modules(bench_dir):
+        prefix = module.__name__.split(".", 1)[1:]
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("_"):
+                continue
+            if inspect.isclass(value) and not inspect.isabstract(value):
+                members = [(m, f) for m, f in inspect.getmembers(value) if inspect.isfunction(f)]
+                base = [*prefix, value.__name__]
+                owner = value
+            elif inspect.isfunction(value):
+                members, base, owner = [(attr, value)], prefix, module
+            else:
+                continue
+            for member, func in members:
+                if not member.startswith("time_") or getattr(func, "skip_benchmark", False):
+                    continue
+                name = ".".join([*base, member] if owner is value else [*base, attr])
+                source = func if owner is module else owner
+                for combo in _asv_params(source):
+                    label = name + ("({})".format(", ".join(repr(v) for v in combo)) if combo else "")
+                    found[label] = (owner, member, combo)
+    return found
+
+
+def _asv_timed(owner, member, combo, caches):
+    import inspect
+
+    args = list(combo)
+    if inspect.isclass(owner):
+        instance = owner()
+        setup_cache = getattr(instance, "setup_cache", None)
+        if setup_cache is not None:
+            if owner not in caches:
+                caches[owner] = setup_cache()
+            args.insert(0, caches[owner])
+        target, holder = getattr(instance, member), instance
+    else:
+        target, holder = getattr(owner, member), owner
+    setup = getattr(holder, "setup", None) if holder is not owner or inspect.isclass(owner) else None
+    if not inspect.isclass(owner):
+        setup = getattr(target, "setup", None) or getattr(owner, "setup", None)
+    teardown = getattr(target, "teardown", None) or getattr(holder, "teardown", None)
+    if setup is not None:
+        setup(*args)
+    number = getattr(target, "number", None) or getattr(holder, "number", 0) or None
+    return timer(lambda: target(*args)), (lambda: teardown(*args)) if teardown else None, number
+
+
+def asv_worker(bench_dir):
+    channel = Channel()
+    caches: dict = {}
+    try:
+        found = asv_benchmarks(bench_dir)
+    except Exception as exc:
+        channel.send(ev="fatal", message="the asv suite did not import: " + describe(exc))
+        return 1
+    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports())
+    for name in channel.receive().get("names", []):
+        if name not in found:
+            channel.send(ev="error", name=name, message="no such benchmark on this side")
+        else:
+            try:
+                owner, member, combo = found[name]
+                timed, teardown, number = _asv_timed(owner, member, combo, caches)
+                try:
+                    serve(channel, name, timed, number)
+                finally:
+                    if teardown is not None:
+                        teardown()
+            except NotImplementedError:
+                channel.send(ev="error", name=name, message="skipped: setup raised NotImplementedError")
+            except Exception as exc:
+                channel.send(ev="error", name=name, message=describe(exc))
+        channel.send(ev="done", name=name)
+    return 0
+
+
+# --- the driver half ------------------------------------------------------------------------
+
+
+class Worker:
+    """One side's benchmark process and the pipes to it."""
+
+    def __init__(self, side, tag, argv, spec_side, env, scratch):
+        self.side = side
+        self.log_path = os.path.join(scratch, tag + ".log")
+        to_worker, self._cmd = os.pipe()
+        self._events, from_worker = os.pipe()
+        env = dict(env, **{FDS_VARIABLE: f"{to_worker},{from_worker}"})
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=spec_side["root"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(to_worker, from_worker),
+            )
+        os.close(to_worker)
+        os.close(from_worker)
+        self._buffer = b""
+        self.lost = False
+        self.pinned = False
+
+    def send(self, **message):
+        # A process that is gone says so with its next event.
+        with contextlib.suppress(OSError):
+            os.write(self._cmd, (json.dumps(message) + "\n").encode("utf-8"))
+
+    def receive(self, timeout):
+        """The next event, ``{"ev": "timeout"}`` or ``{"ev": "exit"}``; what is not JSON is skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                try:
+                    event = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    return event
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"ev": "timeout"}
+            ready, _, _ = select.select([self._events], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._events, 65536)
+            if not chunk:
+                self.proc.wait()
+                return {"ev": "exit", "code": self.proc.returncode}
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
+                self._buffer = b""  # an endless line is nobody's message
+
+    def stop(self, timeout=10.0):
+        self.send(cmd="stop")
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self):
+        # The benchmark processes stay in the driver's process group, so a runner that stops the
+        # step (timeout, cancel) stops them too; here only the one process is stopped.
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self):
+        for fd in (self._cmd, self._events):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def log_tail(self, chars=1500):
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - chars))
+                return fh.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+
+def _side_env(spec, side, lib_dir):
+    spec_side = spec["sides"][side]
+    paths = [os.path.join(spec_side["root"], p) for p in spec_side.get("paths", ["."])]
+    env = dict(os.environ)
+    # The driver's own modules first (a file of the pull request cannot stand in for them; their
+    # directory holds nothing else), then the side's paths, then what the image sets.
+    env["PYTHONPATH"] = os.pathsep.join([lib_dir, *paths, *filter(None, [env.get("PYTHONPATH")])])
+    env[PATHS_VARIABLE] = os.pathsep.join(paths)
+    # The same string hashes on both sides, so identical code lays out its dicts and sets alike.
+    env["PYTHONHASHSEED"] = "0"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if spec.get("gpu") is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
+    return env
+
+
+def selected(name, names):
+    """Whether a selection (None: everything) takes this benchmark: by its name, or by a file or a
+    test that contains it (``tests/test_x.py`` takes ``tests/test_x.py::test_y[1]``)."""
+    if names is None:
+        return True
+    return any(name == n or name.startswith(n + "::") or name.startswith(n + "[") for n in names)
+
+
+def other(side):
+    return "head" if side == "base" else "base"
+
+
+def _clip(text, limit=MAX_MESSAGE):
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Driver:
+    def __init__(self, spec, scratch, cpus=None):
+        self.spec = spec
+        self.scratch = scratch
+        self.cpus = cpus
+        self.envs = {side: _side_env(spec, side, os.path.dirname(SCRIPT)) for side in SIDES}
+        self.results = []
+        self.errors = []
+        self.discovered = {}
+        self.warnings = []
+
+    def _asv_dir(self, kind, side):
+        root = self.spec["sides"][side]["root"]
+        return asv_benchmark_dir(os.path.join(root, kind.get("config", "asv.conf.json")))
+
+    def _worker_argv(self, kind, side):
+        python = self.spec["sides"][side].get("python", "python3")
+        if kind["kind"] == "pytest":
+            return [python, SCRIPT, "pytest-worker", *PYTEST_OPTIONS, "-q", *kind.get("args", [])]
+        return [python, SCRIPT, "asv-worker", self._asv_dir(kind, side)]
+
+    # Measuring -------------------------------------------------------------------------------
+
+    def run_kind(self, kind):
+        """Start every process at once; each lists its side's benchmarks; the common ones are run."""
+        slots = [(side, k) for k in range(self.spec["processes"]) for side in SIDES]
+        workers = {slot: self._start(kind, slot) for slot in slots}
+        try:
+            found = self._collected(kind, workers)
+            if found is None:
+                return
+            base, head = set(found["base"]), set(found["head"])
+            self.discovered[kind["kind"]] = {
+                "only_base": [n for n in found["base"] if n not in head],
+                "only_head": [n for n in found["head"] if n not in base],
+            }
+            # A selection names pytest tests; the other kinds run whole.
+            names = self.spec.get("names") if kind["kind"] == "pytest" else None
+            remaining = [n for n in found["head"] if n in base and selected(n, names)]
+            for worker in workers.values():
+                worker.send(cmd="plan", names=remaining)
+            while remaining:
+                for slot in slots:
+                    if slot not in workers:
+                        # A process that hung or died is replaced for the benchmarks after its own.
+                        workers[slot] = self._start(kind, slot)
+                        self._await(workers[slot], None, ("collected",), self.spec["timeout_s"])
+                        workers[slot].send(cmd="plan", names=remaining)
+                name = remaining.pop(0)
+                result = self._measure(kind, name, workers)
+                self.results.append(result)
+                for slot in slots:
+                    error = self._finish(workers[slot], name)
+                    if error and not result["error"]:
+                        result["error"] = {"side": slot[0], "message": error}
+                    if workers[slot].lost:
+                        workers.pop(slot).close()
+        finally:
+            for worker in workers.values():
+                worker.stop()
+                worker.close()
+
+    def _collected(self, kind, workers):
+        """Per side, the benchmarks every one of its processes found; None when a side found none."""
+        found: dict = {}
+        failed: dict = {}
+        for (side, _), worker in sorted(workers.items()):
+            event = self._await(worker, None, ("collected",), self.spec["timeout_s"])
+            if event["ev"] == "error":
+                failed.setdefault(side, event.get("message", ""))
+                continue
+            names = [str(n)[:MAX_NAME] for n in event.get("names") or []][:MAX_BENCHMARKS]
+            for where in (event.get("foreign") or [])[:5]:
+                warning = f"{side} imported {_clip(where, 300)}, not from its checkout: both sides may run the same code"
+                if warning not in self.warnings:
+                    self.warnings.append(warning)
+            found[side] = [n for n in found[side] if n in set(names)] if side in found else names
+        for side in SIDES:
+            if side in failed:
+                message = "could not list the benchmarks: " + failed[side]
+                self.errors.append({"kind": kind["kind"], "side": side, "message": _clip(message)})
+        return None if failed else found
+
+    def _start(self, kind, slot):
+        side, index = slot
+        tag = f"{side}-{index}"
+        argv = self._worker_argv(kind, side)
+        return Worker(side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch)
+
+    def _await(self, worker, name, expected, timeout):
+        """The next event of ``worker`` about ``name`` among ``expected`` or ``error``.
+
+        A process that hangs past ``timeout``, ends, or cannot go on is killed and marked lost; the
+        event returned is then an ``error`` saying why, with the end of its output.
+        """
+        while not worker.lost:
+            event = worker.receive(timeout)
+            what = event.get("ev")
+            if what in ("timeout", "exit", "fatal"):
+                if what == "timeout":
+                    reason = f"timed out after {timeout:.0f} s"
+                elif what == "exit":
+                    reason = "its process ended (exit code {})".format(event.get("code"))
+                else:
+                    reason = str(event.get("message", ""))
+                worker.kill()
+                worker.lost = True
+                tail = worker.log_tail()
+                return {"ev": "error", "message": _clip(reason + (": " + tail if tail else ""))}
+            if event.get("name") == name and (what in expected or what == "error"):
+                return event
+        return {"ev": "error", "message": "its process was lost earlier"}
+
+    def _measure(self, kind, name, workers):
+        """All rounds of one benchmark: the process pairs take turns, and so does the side first."""
+        spec = self.spec
+        timeout = spec["timeout_s"]
+        result = {"kind": kind["kind"], "name": name, "unit": "s", "rounds": [], "warmup": 0, "error": None}
+        estimates, fixed = [], None
+        for step, expected in (("ready", ("ready",)), ("calibrate", ("calibrated",))):
+            for (side, _), worker in sorted(workers.items()):
+                if step == "calibrate":
+                    self._pin(worker)
+                    worker.send(cmd="calibrate", name=name)
+                event = self._await(worker, name, expected, timeout)
+                if event["ev"] == "error":
+                    result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
+                    return result
+                if step == "calibrate":
+                    estimates.append(float(event.get("estimate") or 0.0))
+                    fixed = event.get("fixed") or fixed
+        # The least disturbed calibration is the closest to the code's own cost.
+        estimate = min(estimates) or 1e-9
+        n = int(fixed) if fixed else max(1, int(spec["round_time_s"] / estimate))
+        result["iterations"] = n
+        result["preempted"] = 0
+        pairs = spec["processes"]
+        # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
+        # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
+        per_turn = max(1, int(TURN_S / (n * estimate)))
+        started, spent, turn = time.monotonic(), 0.0, 0
+        rounds = result["rounds"]
+        while len(rounds) < spec["max_rounds"]:
+            # Enough once the benchmark's time is spent in measured rounds, or, on a machine so busy
+            # that each round waits for the CPU, once twice that has passed.
+            late = time.monotonic() - started >= 2 * spec["max_time_s"]
+            if len(rounds) >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
+                break
+            pair = turn % pairs
+            first = SIDES[(turn // pairs) % 2]
+            warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
+            count = 1 if warming else min(per_turn, spec["max_rounds"] - len(rounds))
+            got = {}
+            for side in (first, other(first)):
+                worker = workers[(side, pair)]
+                worker.send(cmd="run", name=name, n=n, rounds=count)
+                event = self._await(worker, name, ("rounds",), timeout + 40 * count * n * estimate)
+                if event["ev"] == "error":
+                    result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
+                    return result
+                calls = max(1, int(event.get("n") or n))  # per side: asv's ``number`` may differ
+                got[side] = [(t / calls, cut) for t, cut in zip(event["times"], event["preempted"])][:count]
+            turn += 1
+            for (base, base_cut), (head, head_cut) in zip(got["base"], got["head"]):
+                spent += (base + head) * n
+                if warming:
+                    result["warmup"] += 1
+                elif (base_cut or head_cut) and not late and result["preempted"] < len(rounds) + 10:
+                    # The scheduler took the CPU from a side during this round: it measured the
+                    # neighbours, not the code, and is dropped, as long as no more rounds were
+                    # dropped than kept (and twice the benchmark's time has not passed): on a machine
+                    # so busy that every round is cut, the rounds are kept and the interval widens.
+                    result["preempted"] += 1
+                else:
+                    rounds.append({"base": base, "head": head, "first": first, "process": pair})
+        return result
+
+    def _pin(self, worker):
+        """Pin every thread of a benchmark process once it is set up (it started on every CPU)."""
+        if worker.pinned or self.cpus is None:
+            return
+        worker.pinned = True
+        try:
+            threads = [int(t) for t in os.listdir(f"/proc/{worker.proc.pid}/task")]
+        except OSError:
+            threads = [worker.proc.pid]
+        for thread in threads:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(thread, self.cpus)
+
+    def _finish(self, worker, name):
+        """End this benchmark on ``worker``; the error it reported on the way out, if any.
+
+        A test that fails after its timed rounds (an assertion on the result) still breaks the
+        benchmark: its error comes here.
+        """
+        if worker.lost:
+            return None
+        worker.send(cmd="stop", name=name)
+        error = None
+        while True:
+            event = self._await(worker, name, ("done",), self.spec["timeout_s"])
+            if event["ev"] == "done" or worker.lost:
+                return error
+            if event["ev"] == "error" and error is None:
+                error = _clip(event.get("message", ""))
+
+    # Commands --------------------------------------------------------------------------------
+
+    def run_command(self, kind):
+        """Run the command once per side and round, the side first alternating; pair the medians."""
+        runs = []  # per round: (first, {side: {name: seconds or error text}})
+        first = "base"
+        for _ in range(self.spec["warmup"] + kind.get("rounds", 10)):
+            values = {}
+            for side in (first, other(first)):
+                values[side], error = self._command_round(kind, side)
+                if error:
+                    self.errors.append({"kind": "command", "side": side, "message": _clip(error)})
+                    return
+            runs.append((first, values))
+            first = other(first)
+        names = {side: list(dict.fromkeys(n for _, v in runs for n in v[side])) for side in SIDES}
+        self.discovered["command"] = {
+            "only_base": [n for n in names["base"] if n not in names["head"]],
+            "only_head": [n for n in names["head"] if n not in names["base"]],
+        }
+        for name in [n for n in names["head"] if n in names["base"]][:MAX_BENCHMARKS]:
+            result = {"kind": "command", "name": name, "unit": "s", "rounds": [], "error": None}
+            result["warmup"] = self.spec["warmup"]
+            for first, values in runs[self.spec["warmup"] :]:
+                pair = {side: values[side].get(name) for side in SIDES}
+                broken = [s for s in SIDES if not isinstance(pair[s], float)]
+                if broken:
+                    message = pair[broken[0]] or "missing from one run's output"
+                    result["error"] = {"side": broken[0], "message": _clip(message)}
+                    result["rounds"] = []
+                    break
+                result["rounds"].append(dict(pair, first=first))
+            self.results.append(result)
+
+    def _command_round(self, kind, side):
+        """One run of the command: name → median seconds per call (or an error string)."""
+        out_path = os.path.join(self.scratch, side + "-command.out")
+        with open(out_path, "wb") as out:
+            try:
+                proc = subprocess.run(
+                    kind["argv"],
+                    cwd=self.spec["sides"][side]["root"],
+                    env=self.envs[side],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.DEVNULL,
+                    timeout=self.spec["timeout_s"],
+                    preexec_fn=self._pin_self,
+                )
+            except subprocess.TimeoutExpired:
+                return {}, "the command timed out after {:.0f} s on {}".format(self.spec["timeout_s"], side)
+        with open(out_path, "rb") as fh:
+            text = fh.read(COMMAND_OUTPUT_MAX).decode("utf-8", "replace")
+        if proc.returncode != 0:
+            return {}, f"the command exited with code {proc.returncode} on {side}"
+        return parse_command_output(text, side)
+
+    def _pin_self(self):
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
+
+    # The run ---------------------------------------------------------------------------------
+
+    def run(self):
+        for kind in self.spec["kinds"]:
+            if kind["kind"] == "command":
+                self.run_command(kind)
+            else:
+                self.run_kind(kind)
+
+
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_command_output(text, side):
+    """The last line of ``text`` that is a JSON object with ``benchmarks``; name → median seconds."""
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and isinstance(document.get("benchmarks"), list):
+            return _command_values(document["benchmarks"]), None
+    return {}, "the command printed no JSON line with benchmarks on " + side
+
+
+def _command_values(entries):
+    values = {}
+    for entry in entries[:MAX_BENCHMARKS]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        name = entry["name"][:MAX_NAME]
+        if entry.get("error") is not None:
+            values[name] = "the benchmark reported an error: " + _clip(entry["error"], 500)
+            continue
+        scale = UNITS.get(entry.get("unit", "s"))
+        samples = entry.get("samples")
+        if scale is None or not isinstance(samples, list):
+            values[name] = "unit must be one of s, ms, us, ns and samples a list of numbers"
+            continue
+        numbers = sorted(float(s) * scale for s in samples if isinstance(s, (int, float)) and s > 0)
+        if not numbers:
+            values[name] = "no positive sample"
+            continue
+        mid = len(numbers) // 2
+        values[name] = numbers[mid] if len(numbers) % 2 else (numbers[mid - 1] + numbers[mid]) / 2
+    return values
+
+
+DEFAULTS = {
+    "processes": 4,
+    "warmup": 1,
+    "min_rounds": 10,
+    "max_rounds": 200,
+    "round_time_s": 0.002,
+    "max_time_s": 1.2,
+    "timeout_s": 300.0,
+    "cpus": None,
+    "gpu": None,
+    "names": None,
+}
+
+
+def choose_cpus(cpus):
+    """The CPUs to pin the benchmark processes to, or None and why not.
+
+    Without a choice, one CPU, the last the run may use: both sides then run on the same core,
+    wherever the scheduler would have put each. Measured on two CPUs, eight runs of a no-op change
+    with one process per side: unpinned, the mean ratio head/base was 0.987 for a 3 µs benchmark
+    and 1.013 for a 0.5 ms one, a steady difference between the sides; pinned to one CPU, 1.000 and
+    0.997. Processes start and set up on every CPU; they are pinned before their first timed call.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None, "this system cannot pin processes to CPUs"
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = [c for c in (cpus if cpus is not None else allowed[-1:]) if c in allowed]
+    if not chosen:
+        return None, f"none of the CPUs asked for ({cpus}) is available to the run ({allowed})"
+    return chosen, None
+
+
+def main(spec_path, out_path):
+    with open(spec_path, encoding="utf-8") as fh:
+        spec = dict(DEFAULTS, **json.load(fh))
+    scratch = os.path.join(os.path.dirname(os.path.abspath(out_path)), "perf-work")
+    os.makedirs(scratch, exist_ok=True)
+    for side in SIDES:
+        spec["sides"][side]["root"] = os.path.abspath(spec["sides"][side]["root"])
+    cpus, pin_error = choose_cpus(spec["cpus"])
+    driver = Driver(spec, scratch, cpus)
+    started = time.monotonic()
+    driver.run()
+    report = {
+        "version": VERSION,
+        "cpus": cpus,
+        "pin_error": pin_error,
+        "gpu": spec["gpu"],
+        "wall_s": round(time.monotonic() - started, 3),
+        "benchmarks": driver.results,
+        "errors": driver.errors,
+        "discovered": driver.discovered,
+        "warnings": driver.warnings[:20],
+    }
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(report, fh)
+    return 0
+
+
+def pytest_worker(args):
+    """pytest, started as a script so that sys.path begins with this directory, not the checkout's
+    (``python -m`` would put the working directory first, where a file of the pull request could
+    stand in for the plugin)."""
+    import pytest
+
+    return pytest.main(list(args))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["pytest-worker"]:
+        sys.exit(pytest_worker(sys.argv[2:]))
+    if sys.argv[1:2] == ["asv-worker"]:
+        sys.exit(asv_worker(sys.argv[2]))
+    sys.exit(main(sys.argv[1], sys.argv[2]))

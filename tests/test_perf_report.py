@@ -1,0 +1,261 @@
+"""The performance section, the check run's outcome and the repository config's `performance:` part."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gitrepo import GitRepo
+from markdown_check import inspect
+
+from bot.core.config import ConfigError, parse_repo_config
+from bot.core.perf import (
+    BenchmarkError,
+    BenchmarkSamples,
+    Comparison,
+    PerfThresholds,
+    Round,
+    Side,
+    Verdict,
+    outcome,
+)
+from bot.render.performance import check_text, duration, performance_section
+from runner.perf.stats import compare
+from runner.perf.step import SIDES_DIR, PerfRunError, export_sides
+
+LIMITS = PerfThresholds(threshold=0.05)
+HOSTILE = "tests/test_x.py::test_y[@org/team #12 <img src=x> `|` </details>]"
+
+
+def rounds(base: float, head: float, count: int = 12) -> list[Round]:
+    # A little spread, so the interval has a width; alternate which side went first.
+    return [
+        Round(
+            base=base * (1 + i % 3 / 1000),
+            head=head * (1 + (i + 1) % 3 / 1000),
+            first=Side.BASE if i % 2 else Side.HEAD,
+        )
+        for i in range(count)
+    ]
+
+
+def samples(name: str, base: float, head: float, **kw: object) -> BenchmarkSamples:
+    return BenchmarkSamples.model_validate(
+        {"kind": "pytest", "name": name, "rounds": rounds(base, head), **kw}
+    )
+
+
+def make_results() -> tuple[list[Comparison], list[BenchmarkSamples]]:
+    measured = [
+        samples("tests/test_a.py::test_same", 2e-6, 2e-6),
+        samples(HOSTILE, 1e-3, 1.3e-3),
+        samples("tests/test_a.py::test_faster", 20e-3, 10e-3),
+        samples(
+            "tests/test_a.py::test_crash",
+            1e-3,
+            1e-3,
+            error=BenchmarkError(side=Side.HEAD, message="RuntimeError: boom @someone"),
+        ),
+    ]
+    return [compare(s, LIMITS) for s in measured], measured
+
+
+def test_the_section_lists_regressions_first_with_ratio_interval_verdict_and_rounds():
+    comparisons, measured = make_results()
+    body = performance_section(comparisons, measured, threshold=0.05, confidence=0.95)
+
+    rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert [row.split(" | ")[5].split(":")[0] for row in rows] == [
+        "❌ regression",
+        "⚠️ error",
+        "✅ improvement",
+        "within noise",
+    ]
+    regression = rows[0]
+    assert regression.endswith("| 1 ms | 1.3 ms | 1.300 (1.299–1.301) | ❌ regression | 12 |")
+    assert "| 2 µs | 2 µs | 1.000 (" in rows[3]
+    assert "whole 95% interval is above 1.05" in body
+
+
+def test_a_regression_gets_a_chart_of_its_rounds_with_numbers_only():
+    comparisons, measured = make_results()
+    body = performance_section(comparisons, measured, threshold=0.05, confidence=0.95)
+
+    assert body.count("```mermaid") == 1  # only the regression is charted
+    chart = body.split("```mermaid", 1)[1].split("```", 1)[0]
+    assert "Rounds of benchmark 1" in body
+    assert "xychart-beta" in chart and chart.count("line [") == 2
+    assert "test_y" not in chart and "@" not in chart
+
+
+def test_names_and_messages_from_the_run_are_inert():
+    comparisons, measured = make_results()
+    body = performance_section(
+        comparisons, measured, threshold=0.05, confidence=0.95, rerun="paritybot perf --base main --head HEAD"
+    )
+    shown = inspect(body)
+
+    assert shown.live == []
+    assert shown.count("img") == 0 and shown.unbalanced == []
+    assert shown.count("table") == 1
+    _, summary = check_text(outcome(comparisons, threshold=0.05, blocking=False), comparisons)
+    assert inspect(summary).live == []
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "blocking", "conclusion", "title"),
+    [
+        ([Verdict.REGRESSION, Verdict.IMPROVEMENT], True, "failure", "1 benchmark slower by more than 5%"),
+        ([Verdict.REGRESSION], False, "neutral", "1 benchmark slower by more than 5% (not blocking)"),
+        ([Verdict.IMPROVEMENT, Verdict.IMPROVEMENT], True, "success", "2 benchmarks faster by more than 5%"),
+        (
+            [Verdict.WITHIN_NOISE, Verdict.TOO_FEW_ROUNDS],
+            True,
+            "neutral",
+            "no change beyond 5%; 1 benchmark too few rounds",
+        ),
+        ([Verdict.ERROR], True, "neutral", "no change beyond 5%; 1 benchmark error"),
+        ([], True, "neutral", "no benchmark to compare"),
+    ],
+)
+def test_the_check_run_fails_only_for_a_blocking_regression(verdicts, blocking, conclusion, title):
+    comparisons = [
+        Comparison(kind="pytest", name=f"b{i}", verdict=v, reason="r") for i, v in enumerate(verdicts)
+    ]
+    result = outcome(comparisons, threshold=0.05, blocking=blocking)
+    assert (result.conclusion, result.title) == (conclusion, title)
+
+
+def test_durations_keep_three_figures_in_a_readable_unit():
+    assert [duration(x) for x in (2.5, 0.0123, 4.56e-5, 7.8e-8, None)] == [
+        "2.5 s",
+        "12.3 ms",
+        "45.6 µs",
+        "78 ns",
+        "–",
+    ]
+
+
+def test_the_config_names_the_benchmarks_and_when_they_run():
+    config = parse_repo_config(
+        """
+performance:
+  pytest: [benchmarks/, -k, "not slow"]
+  asv: asv.conf.json
+  command: [python, benchmarks/torch_benchmarks.py]
+  when: [label, every-pr]
+  label: ciflow/perf
+  threshold: 0.03
+  blocking: true
+"""
+    )
+    perf = config.performance
+    assert perf.enabled()
+    assert perf.pytest == ["benchmarks/", "-k", "not slow"]
+    assert (perf.when, perf.threshold, perf.blocking, perf.processes) == (
+        ["label", "every-pr"],
+        0.03,
+        True,
+        4,
+    )
+    assert not parse_repo_config("tests: {paths: [tests]}\n").performance.enabled()
+
+
+def test_a_mistyped_performance_key_is_a_clear_error():
+    with pytest.raises(ConfigError) as caught:
+        parse_repo_config("performance:\n  treshold: 0.1\n")
+    assert any("treshold" in line for line in caught.value.problems)
+
+
+# --- `paritybot perf` on a local checkout ----------------------------------------------------------
+
+BENCH_TEST = "import pkg\n\n\ndef test_work(benchmark):\n    benchmark(pkg.work)\n"
+
+
+def perf_cli(repo: Path, base: str, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "bot.cli.main",
+        "perf",
+        "--repo",
+        str(repo),
+        "--base",
+        base,
+        "--runner",
+        "host",
+    ]
+    return subprocess.run([*argv, *extra], capture_output=True, text=True, timeout=timeout)
+
+
+def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "def work():\n    return sum(range(10))\n",
+            "tests/test_bench.py": BENCH_TEST,
+            "tests/test_other.py": "def test_other(benchmark):\n    benchmark(len, [])\n",
+        }
+    )
+    repo.commit({"pkg/__init__.py": "def work():\n    raise ValueError('broken on head')\n"})
+
+    done = perf_cli(repo.path, base)
+
+    assert done.returncode == 0, done.stderr  # an error is not a regression
+    assert "### Performance" in done.stdout
+    crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
+    assert "⚠️ error: failed on head: call failed: ValueError: broken on head" in crash
+    assert "tests/test_other.py::test_other" in done.stdout
+
+
+def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_and_says_why(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "",
+            "pkg/a.py": "def work():\n    return 1\n",
+            "pkg/b.py": "def work():\n    return 2\n",
+            "tests/test_a.py": "from pkg import a\n\n\ndef test_a(benchmark):\n    benchmark(a.work)\n",
+            "tests/test_b.py": "from pkg import b\n\n\ndef test_b(benchmark):\n    benchmark(b.work)\n",
+        }
+    )
+    repo.commit({"pkg/a.py": "def work():\n    return sum(range(3))\n"})
+
+    done = perf_cli(repo.path, base, "--affected")
+
+    assert done.returncode in (0, 1), done.stderr
+    assert "tests/test_a.py::test_a" in done.stdout
+    assert "test_b" not in done.stdout  # pkg/b.py did not change and nothing it imports did
+    why = done.stdout.split("Why these benchmarks:", 1)[1]
+    assert why.strip().startswith("- tests/test_a.py::test_a: ") and "pkg/a.py" in why.splitlines()[1]
+
+
+@pytest.mark.parametrize("planted", ["link", "tree"])
+def test_a_pull_request_cannot_choose_where_the_sides_are_written(tmp_path, planted):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit({"pkg.py": "x = 1\n"})
+    if planted == "link":
+        (repo.path / ".paritybot").symlink_to(outside)
+        repo.git("add", ".paritybot")
+    else:
+        repo.commit({".paritybot/perf/base/pkg.py": "x = 'forged base'\n"})
+    head = repo.commit({"pkg.py": "x = 2\n"})
+
+    with pytest.raises(PerfRunError, match=r"the pull request has its own `\.paritybot"):
+        export_sides(repo.path, base, head)
+    assert list(outside.iterdir()) == []
+
+
+def test_the_sides_are_the_two_commits_side_by_side(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit({"pkg.py": "x = 1\n"})
+    head = repo.commit({"pkg.py": "x = 2\n"})
+    export_sides(repo.path, base, head)
+    assert (repo.path / SIDES_DIR / "base" / "pkg.py").read_text() == "x = 1\n"
+    assert (repo.path / SIDES_DIR / "head" / "pkg.py").read_text() == "x = 2\n"
