@@ -158,9 +158,10 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    async def start_serve(self, name: str = "serve-1") -> Proc:
+    async def start_serve(self, name: str = "serve-1", **extra: str) -> Proc:
         port = free_port()
         env = self.env(
+            **extra,
             PARITYBOT_APP_ID=str(self.fake.app_id),
             PARITYBOT_PRIVATE_KEY=self.fake.private_key_pem,
             PARITYBOT_WEBHOOK_SECRET=SECRET,
@@ -288,7 +289,7 @@ class Fleet:
             if len(ended) < count or len(ended) != len(jobs):
                 return False
             reported = self.store._query(
-                "SELECT count(*) AS n FROM jobs WHERE reported_state IS DISTINCT FROM state"
+                "SELECT count(*) AS n FROM jobs WHERE reported_state IS DISTINCT FROM state OR report_due"
             )[0]["n"]
             return reported == 0 and self.all_check_runs_completed(ended)
 

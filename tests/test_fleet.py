@@ -132,6 +132,28 @@ async def test_an_agent_killed_mid_run_has_its_run_rerun_on_another_agent_once(o
     assert "run taken back from a silent agent" in "".join(p.output() for p in fleet.procs)
 
 
+async def test_what_an_agent_finished_while_github_failed_is_published_by_the_reconciler(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve(
+        PARITYBOT_RECONCILE_INTERVAL_S="0.5",
+        PARITYBOT_GITHUB_RETRY_ATTEMPTS="2",
+        PARITYBOT_GITHUB_RETRY_WAIT_S="0.05",
+    )
+    await fleet.start_agent("gpu-a", "cuda12.1", step_s=1.0)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    await fleet.wait_for(
+        "the run to start on gpu-a", lambda: any(e["agent"] == "gpu-a" for e in fleet.events())
+    )
+    # GitHub refuses every check run update for a while: more than one publish's retries.
+    fleet.fake.fail("PATCH", "/repos/{owner}/{repo}/check-runs/{check_run_id}", 502, times=8)
+
+    (job,) = await fleet.wait_settled(1)
+    assert job.state == RunState.SUCCEEDED and not job.report_due
+    assert fleet.all_check_runs_completed([job])
+    assert "publishing a finished run failed; the reconciler tries again" in serve.output()
+    assert len(fleet.bot_comments()) == 1
+
+
 async def test_a_frozen_agent_that_comes_back_is_fenced_and_its_late_result_discarded(one_env: Fleet) -> None:
     fleet = one_env
     serve = await fleet.start_serve()

@@ -15,6 +15,7 @@ from bot.service.store.postgres import PostgresStore
 from bot.service.store.protocol import Store
 from bot.service.store.records import DeliveryStatus, PullState
 from bot.service.store.sqlite import SQLiteStore
+from runner.backends.base import StepProcess
 
 __all__ = ["pg_url"]  # the fixture, imported for pytest
 REPO = "octo-org/calc"
@@ -152,3 +153,60 @@ def test_pull_state_approvals_and_baselines_are_kept(store: Store) -> None:
     store.save_baseline(REPO, "cuda12", facts)
     assert store.baseline(REPO, "cuda12") == facts
     assert store.baseline(REPO, "cuda11") is None
+
+
+def test_a_final_state_is_due_on_github_in_the_same_write_until_it_is_published(store: Store) -> None:
+    pr_run = store.enqueue(run_request(), "cuda12", "k-pr")
+    default_branch = store.enqueue(run_request("c" * 40, pr=None), "cuda12", "k-main")
+    superseded = store.enqueue(run_request("d" * 40), "cuda11", "k-old")
+    assert pr_run and default_branch and superseded
+    store.finish(pr_run.id, RunState.SUCCEEDED, None, None)
+    store.finish(default_branch.id, RunState.SUCCEEDED, None, None)  # no PR: nothing to show
+    store.request_cancel(REPO, 7, keep_sha=pr_run.head_sha)
+    assert [j.id for j in store.jobs_due_for_report()] == [pr_run.id, superseded.id]
+    store.mark_reported(pr_run.id)
+    assert [j.id for j in store.jobs_due_for_report()] == [superseded.id]
+    done = store.get_job(pr_run.id)
+    assert done is not None and done.state == RunState.SUCCEEDED and not done.report_due
+
+
+def test_a_result_is_written_only_while_its_attempt_still_runs_the_job(store: Store) -> None:
+    job = store.enqueue(run_request(), "cuda12", "k")
+    assert job is not None
+    report = job.report_without_results(RunState.SUCCEEDED, "")
+    assert store.finish(job.id, RunState.SUCCEEDED, report, None, attempt=1) is False  # not running
+    assert store.save_progress(job.id, 1, report) is False
+    assert store.finish(job.id, RunState.FAILED, None, "refused") is True  # unfenced: the service's own
+
+
+def test_check_run_creation_is_intended_once_and_each_sent_body_remembered(store: Store) -> None:
+    job = store.enqueue(run_request(), "cuda12", "k")
+    assert job is not None
+    assert store.intend_check_runs(job.id) is False  # the first time: nothing can exist yet
+    assert store.intend_check_runs(job.id) is True  # a retry: look them up first
+    assert store.intend_check_runs("no-such-job") is False
+    store.set_check_runs(job.id, {"tests": 11})
+    store.set_check_runs(job.id, {"lint": 12})
+    store.set_check_run_sent(job.id, "tests", "d1")
+    store.set_check_run_sent(job.id, "lint", "d2")
+    store.set_check_run_sent(job.id, "tests", "d3")
+    again = store.get_job(job.id)
+    assert again is not None and again.check_runs_intent_at is not None
+    assert again.check_runs == {"tests": 11, "lint": 12}
+    assert again.check_run_sent == {"tests": "d3", "lint": "d2"}
+
+
+def test_a_pending_summary_a_delivery_and_step_processes_are_kept(store: Store) -> None:
+    store.save_pull_state(PullState(repo=REPO, pr_number=8, comment_pending=True))
+    assert store.pull_state(REPO, 8).comment_pending is True
+    store.record_delivery("d9", "pull_request", b"{}")
+    store.retry_delivery_later("d9", "GitHub answered 502", delay_s=3600)
+    delivery = store.delivery("d9")
+    assert delivery is not None and (delivery.attempts, delivery.error) == (1, "GitHub answered 502")
+    assert store.delivery("nope") is None
+    first, second = StepProcess(101, "boot", 5, "tests"), StepProcess(102, "boot", 6, "lint")
+    store.record_step_process("job", 1, first)
+    store.record_step_process("job", 1, second)
+    assert store.step_processes() == [first, second]
+    store.forget_step_process(first)
+    assert store.step_processes() == [second]
