@@ -132,7 +132,9 @@ async def test_an_agent_killed_mid_run_has_its_run_rerun_on_another_agent_once(o
     assert "run taken back from a silent agent" in "".join(p.output() for p in fleet.procs)
 
 
-async def test_what_an_agent_finished_while_github_failed_is_published_by_the_reconciler(one_env: Fleet) -> None:
+async def test_what_an_agent_finished_while_github_failed_is_published_by_the_reconciler(
+    one_env: Fleet,
+) -> None:
     fleet = one_env
     serve = await fleet.start_serve(
         PARITYBOT_RECONCILE_INTERVAL_S="0.5",
