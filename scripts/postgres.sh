@@ -6,14 +6,15 @@
 #   scripts/postgres.sh env      # print `export PARITYBOT_TEST_DATABASE_URL=...` for eval
 #   scripts/postgres.sh status   # exit 0 when the cluster answers
 #
-# Everything lives under $PARITYBOT_PG_DIR (default /tmp/paritybot-postgres): the data directory,
-# the unix socket, the log and the port it chose. The cluster listens on a unix socket and on
-# loopback at a free port, trusts local connections (it is a throwaway test cluster, never a
-# deployment), and never touches a system cluster. Two checkouts can each run their own by choosing
-# different directories.
+# Everything lives under $PARITYBOT_PG_DIR (default /tmp/paritybot-postgres-N, N a checksum of this
+# checkout's path, so two checkouts never share or stop each other's): the data directory, the unix
+# socket, the log and the port it chose. The cluster listens on a unix socket and on loopback at a
+# free port, trusts local connections (it is a throwaway test cluster, never a deployment), and
+# never touches a system cluster.
 set -euo pipefail
 
-PG_DIR="${PARITYBOT_PG_DIR:-/tmp/paritybot-postgres}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PG_DIR="${PARITYBOT_PG_DIR:-/tmp/paritybot-postgres-$(printf %s "$ROOT" | cksum | cut -d' ' -f1)}"
 DATA="$PG_DIR/data"
 SOCK_DIR="$PG_DIR/sock"
 LOG="$PG_DIR/postgres.log"

@@ -5,8 +5,10 @@
 #
 # The container-runner tests need a real Docker engine: this script starts a private one
 # (scripts/docker-engine.sh), builds the test image from nothing (scripts/build-test-image.sh, no
-# registry needed), runs pytest, and stops the engine it started. With CI set, tests that need the
-# engine fail rather than skip when it is unreachable.
+# registry needed), runs pytest, and stops the engine it started. The several-hosts tests need a
+# real PostgreSQL: it starts a private cluster the same way (scripts/postgres.sh) unless one
+# answers already, and stops the one it started. With CI set, tests that need the engine or
+# PostgreSQL fail rather than skip when it is unreachable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,9 +35,21 @@ if ! scripts/docker-engine.sh status >/dev/null 2>&1; then
     scripts/docker-engine.sh start
     engine_started=1
 fi
-stop_engine() { [ "$engine_started" -eq 0 ] || scripts/docker-engine.sh stop; }
-trap stop_engine EXIT
+postgres_started=0
+stop_services() {
+    [ "$postgres_started" -eq 0 ] || scripts/postgres.sh stop
+    [ "$engine_started" -eq 0 ] || scripts/docker-engine.sh stop
+}
+trap stop_services EXIT
 eval "$(scripts/docker-engine.sh env)"
+if ! scripts/postgres.sh status >/dev/null 2>&1; then
+    # Started here, stopped at exit; a failed start is not fatal here: the tests that need it fail
+    # under CI, naming what is missing.
+    if scripts/postgres.sh start; then postgres_started=1; fi
+fi
+if scripts/postgres.sh status >/dev/null 2>&1; then
+    eval "$(scripts/postgres.sh env)"
+fi
 scripts/build-test-image.sh
 
 # Lint, format, types and the layers' contract (pyproject's tool.importlinter) are part of the

@@ -54,6 +54,7 @@ def need(*alternatives: dict[str, str]) -> Requirement:
 # GitHub authorizes with either the Issues or the Pull requests permission.
 OPERATION_PERMISSIONS: dict[str, Requirement] = {
     "apps/get-authenticated": [],  # the App's JWT, no installation permission
+    "apps/create-installation-access-token": [],  # the App's JWT: a clone token for an agent
     "checks/create": need({"checks": "write"}),
     "checks/update": need({"checks": "write"}),
     "issues/create-comment": need({"issues": "write"}, {"pull_requests": "write"}),

@@ -256,3 +256,41 @@ def test_serve_refuses_a_database_newer_than_itself_in_one_line(tmp_path: Path) 
     assert done.returncode == 2
     assert done.stderr.startswith(f"paritybot: {db}: the database is at schema version"), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        (
+            {"PARITYBOT_PRIVATE_KEY": SERVING["PARITYBOT_PRIVATE_KEY"]},
+            "paritybot: PARITYBOT_PRIVATE_KEY: set for an agent; agents never hold the App's private key",
+        ),
+        (
+            {"PARITYBOT_PRIVATE_KEY_PATH": "/run/secrets/key.pem"},
+            "paritybot: PARITYBOT_PRIVATE_KEY: set for an agent; agents never hold the App's private key",
+        ),
+        (
+            {"PARITYBOT_WEBHOOK_SECRET": "s3cret"},
+            "paritybot: PARITYBOT_WEBHOOK_SECRET: set for an agent, which never needs it",
+        ),
+        (
+            {"PARITYBOT_DATABASE_URL": "sqlite:///x.db"},
+            "paritybot: PARITYBOT_DATABASE_URL: an agent needs the PostgreSQL of the service",
+        ),
+    ],
+)
+def test_an_agent_refuses_the_apps_secrets_and_a_database_of_its_own(
+    settings: dict[str, str], line: str, tmp_path: Path
+) -> None:
+    env = {"PARITYBOT_DATABASE_URL": "postgresql://agent@127.0.0.1:1/paritybot", **settings}
+    done = run_cli("agent", "--labels", "cuda12.1", env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith(line), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_agent_labels_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    env = {"PARITYBOT_DATABASE_URL": "postgresql://agent@127.0.0.1:1/paritybot"}
+    done = run_cli("agent", "--labels", "cuda12.1,../etc", env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == "paritybot: --labels: ../etc: labels are letters, digits, . _ -\n"

@@ -28,6 +28,26 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the GitHub App (webhooks, queue, workers)")
     s.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
 
+    a = sub.add_parser("agent", help="several hosts: run the jobs of some labels on this GPU host")
+    a.add_argument(
+        "--labels", required=True, help="the labels this host serves, comma-separated: cuda12.1,h100"
+    )
+    a.add_argument(
+        "--name", default="", help="this agent's name in `paritybot status` (default: the host name)"
+    )
+    a.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
+    db = sub.add_parser("db", help="the database (SQLite or PostgreSQL)")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    up = db_sub.add_parser(
+        "upgrade", help="create or upgrade the schema (procrastinate's too, on PostgreSQL)"
+    )
+    up.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
+    st = sub.add_parser("status", help="several hosts: queues, agents and running jobs")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+
     c = sub.add_parser("check", help="run the PR pipeline on a local git checkout and print the PR comment")
     c.add_argument("--repo", type=Path, default=Path("."), help="the git checkout (default: .)")
     c.add_argument("--base", help="what the change is compared with (default: origin/HEAD, main, master)")
@@ -104,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command != "serve":
+    if args.command not in ("serve", "agent"):
         configure_logging("console", "warning")  # stdout is the command's own output
     if args.command == "serve":
         return _serve(args)
+    if args.command in ("agent", "db", "status"):
+        return _fleet(args)
     if args.command == "check":
         return _check(args)
     if args.command == "config":
@@ -142,6 +164,23 @@ def _serve(args: argparse.Namespace) -> int:
     except (SettingsError, StoreError) as exc:
         raise UsageError(str(exc)) from None
     return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """The several-hosts commands; like `serve`, their modules are imported only here."""
+    from bot.cli.fleet import agent_main, db_upgrade_main, status_main
+    from bot.service.settings import SettingsError, load_settings
+    from bot.service.store.protocol import StoreError
+
+    try:
+        settings = load_settings(args.env_file)
+        if args.command == "agent":
+            return agent_main(settings, args.labels, args.name)
+        if args.command == "db":
+            return db_upgrade_main(settings)
+        return status_main(settings, as_json=args.json)
+    except (SettingsError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _local_runners(mode: RunnerMode) -> RunnerFactory:

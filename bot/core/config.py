@@ -100,6 +100,11 @@ class Environment(_Strict):
         default_factory=list, description="base-branch globs that select this environment"
     )
     labels: list[str] = Field(default_factory=list, description="PR labels that add this environment")
+    runs_on: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)] | None = Field(
+        None,
+        description="the agent label whose hosts run it (`paritybot agent --labels`, several hosts); "
+        "default: the environment's name",
+    )
     default: bool = Field(False, description="used when no branch or label rule matches")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     user: str | None = Field(None, description="user to run as in the container; default: non-root")
@@ -118,6 +123,11 @@ class Environment(_Strict):
         if isinstance(v, int) and v < 0:
             raise ValueError("a GPU count must be 0 or more")
         return v
+
+    @property
+    def queue(self) -> str:
+        """The queue its runs wait in: agents serving this label take them."""
+        return self.runs_on or self.name
 
     def matches_branch(self, base_ref: str | None) -> bool:
         return base_ref is not None and any(fnmatch.fnmatchcase(base_ref, g) for g in self.branches)

@@ -4,6 +4,12 @@ Start-up order matters for "never lose a job": kill what dead runs left running,
 interrupted jobs, then start the reconciler (which finishes on GitHub whatever is due), the
 workers, the dispatcher (which first dispatches whatever deliveries the store holds), then accept
 webhooks.
+
+With PostgreSQL (``PARITYBOT_DATABASE_URL=postgresql://…``) `serve` runs no jobs: agents on the GPU
+hosts do (:mod:`bot.service.fleet.agent`). Any number of replicas accept, decide, enqueue and report;
+their per-PR locks are advisory locks; each runs the reconciler (without its take-back: the
+stalled-job reaper does that), and :class:`bot.service.fleet.service.FleetLoops` mints the agents'
+clone tokens, tells GitHub what they record and runs the reaper.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import asyncio
 import contextlib
 import signal
 from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 
 import aiohttp
 import structlog
@@ -19,12 +27,15 @@ from aiohttp import web
 
 from bot.service.dispatcher import Dispatcher
 from bot.service.executor import RunExecutor
+from bot.service.fleet.locks import AdvisoryPrLocks
+from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
-from bot.service.store.protocol import Store
+from bot.service.store.postgres_fleet import FleetStore
+from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
 from bot.service.supervisor import Supervisor
 from bot.service.web import create_web_app
@@ -38,6 +49,9 @@ from runner.backends.host import kill_leftovers
 from runner.workspace import remove_stale_workspaces
 
 log = structlog.get_logger(__name__)
+
+# Several replicas: deliveries each replica handles at once (those of one PR stay one at a time).
+DISPATCH_CONCURRENCY = 8
 
 ENGINE_FIX = (
     "runs fail until the engine is reachable: in deploy/docker-compose.yml, mount the engine's "
@@ -85,22 +99,27 @@ class Service:
     settings: Settings
     store: Store
     dispatcher: Dispatcher
-    workers: WorkerPool
+    workers: WorkerPool | None  # one machine: the in-process workers
     reconciler: Reconciler
     session: aiohttp.ClientSession
     app: GitHubApp
     web_app: web.Application
     supervisor: Supervisor
+    fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
 
     async def stop(self) -> None:
         await self.dispatcher.stop()
         await self.reconciler.stop()
-        await self.workers.stop()
+        if self.workers is not None:
+            await self.workers.stop()
+        if self.fleet is not None:
+            await self.fleet.stop()
+            await self.fleet.locks.close()
         await self.session.close()
         self.store.close()
 
 
-def recover_at_startup(store: Store, settings: Settings) -> None:
+def recover_at_startup(store: EmbeddedQueue, settings: Settings) -> None:
     """What a dead process left: its steps' processes killed, its runs requeued (or failed past
     their attempts, due to be reported), its workspaces removed. Nothing runs yet."""
     killed = kill_leftovers(store.step_processes())
@@ -118,26 +137,20 @@ def recover_at_startup(store: Store, settings: Settings) -> None:
 
 async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
     settings.require_serving()
-    db_path = settings.sqlite_path
-    store = SQLiteStore(db_path)
+    if settings.is_postgres:
+        return await _build(settings, *await _fleet_parts(settings))
+    store = SQLiteStore(settings.sqlite_path)
     await asyncio.to_thread(recover_at_startup, store, settings)
     await asyncio.to_thread(check_engine_at_startup, settings)
     session = aiohttp.ClientSession()
-    app = GitHubApp(
-        session,
-        int(settings.app_id or 0),
-        settings.private_key_text(),
-        settings.github_api_url,
-        retry=settings.retry_policy(),
-    )
+    app = _github_app(settings, session)
     locks = PrLocks()
     reconciler = Reconciler(
         store,
         app,
         locks,
-        max_attempts=settings.max_attempts,
         interval_s=settings.reconcile_interval_s,
-        stale_after_s=settings.stale_after_s,
+        take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
     )
     executor = RunExecutor(
         store,
@@ -155,6 +168,57 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         heartbeat_s=settings.heartbeat_s,
         publish=reconciler.publish,
     )
+    return await _build(settings, store, locks, session, app, reconciler, workers, None)
+
+
+def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
+    return GitHubApp(
+        session,
+        int(settings.app_id or 0),
+        settings.private_key_text(),
+        settings.github_api_url,
+        retry=settings.retry_policy(),
+    )
+
+
+async def _fleet_parts(
+    settings: Settings,
+) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, Reconciler, None, FleetLoops]:
+    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the reconciler
+    (publishing only: the reaper takes back stalled runs) and the fleet's loops."""
+    store = await asyncio.to_thread(
+        partial(
+            FleetStore, settings.database_url, delivery_lease=timedelta(seconds=settings.delivery_lease_s)
+        )
+    )
+    locks = AdvisoryPrLocks(settings.database_url)
+    await locks.open()
+    session = aiohttp.ClientSession()
+    app = _github_app(settings, session)
+    reconciler = Reconciler(store, app, locks, interval_s=settings.reconcile_interval_s)
+    fleet = FleetLoops(
+        store,
+        app,
+        reconciler,
+        locks,
+        settings.database_url,
+        heartbeat_s=settings.heartbeat_s,
+        stalled_after_s=settings.stalled_after_s,
+        max_attempts=settings.max_attempts,
+    )
+    return store, locks, session, app, reconciler, None, fleet
+
+
+async def _build(
+    settings: Settings,
+    store: Store,
+    locks: PrLocking,
+    session: aiohttp.ClientSession,
+    app: GitHubApp,
+    reconciler: Reconciler,
+    workers: WorkerPool | None,
+    fleet: FleetLoops | None,
+) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
 
@@ -170,12 +234,20 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
             gh=gh,
             store=store,
             reporter=reporter,
-            scheduler=Scheduler(store, locks, reporter, wake=workers.wake, reconciler=reconciler),
+            scheduler=Scheduler(
+                store, locks, reporter, wake=workers.wake if workers else lambda: None, reconciler=reconciler
+            ),
             installation_id=installation,
             bot_login=bot_login,
         )
 
-    dispatcher = Dispatcher(store, router, context_for, wake=recorded)
+    dispatcher = Dispatcher(
+        store,
+        router,
+        context_for,
+        wake=recorded,
+        concurrency=DISPATCH_CONCURRENCY if fleet is not None else 1,
+    )
     supervisor = Supervisor()
     web_app = create_web_app(
         settings.webhook_secret.get_secret_value(),
@@ -183,12 +255,15 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         on_recorded=recorded.set,
         loops_down=supervisor.down,
     )
-    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor)
+    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, fleet)
 
 
 async def start_service(service: Service) -> None:
     service.reconciler.start(service.supervisor)  # its first pass finishes what the last process left due
-    service.workers.start(service.supervisor)
+    if service.workers is not None:
+        service.workers.start(service.supervisor)
+    if service.fleet is not None:
+        service.fleet.start(service.supervisor)
     service.dispatcher.start(service.supervisor)
 
 

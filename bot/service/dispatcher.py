@@ -41,8 +41,12 @@ class Dispatcher:
         wake: asyncio.Event | None = None,
         poll_interval: float = 1.0,
         retry_base_delay_s: float = RETRY_BASE_DELAY_S,
+        concurrency: int = 1,
     ):
         self.retry_base_delay_s = retry_base_delay_s
+        # One machine: one delivery at a time, in order. Several replicas on PostgreSQL: several at
+        # once, since the store hands out a PR's deliveries only one after another, in order.
+        self.concurrency = concurrency
         self._store = store
         self._router = router
         self._context_factory = context_factory
@@ -68,6 +72,8 @@ class Dispatcher:
 
     async def drain(self) -> int:
         """Dispatch every pending delivery once; returns how many were handled."""
+        if self.concurrency > 1:
+            return await self._drain_concurrently()
         handled = 0
         while True:
             batch = await asyncio.to_thread(self._store.pending_deliveries, 50)
@@ -77,6 +83,31 @@ class Dispatcher:
             for delivery in batch:
                 await self.dispatch(delivery)
                 handled += 1
+
+    async def _drain_concurrently(self) -> int:
+        handled = 0
+        running: set[asyncio.Task[None]] = set()
+        while True:
+            while len(running) < self.concurrency:
+                batch = await asyncio.to_thread(
+                    self._store.pending_deliveries, self.concurrency - len(running)
+                )
+                batch = [d for d in batch if d.attempts < MAX_DELIVERY_ATTEMPTS]
+                if not batch:
+                    break
+                running |= {asyncio.create_task(self.dispatch(d)) for d in batch}
+            if not running:
+                return handled
+            # A slot frees, or a new delivery is recorded here, or a poll passes (another replica's).
+            self._wake.clear()
+            waiter = asyncio.create_task(self._wake.wait())
+            done, _ = await asyncio.wait(
+                running | {waiter}, timeout=self._poll, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            finished = done - {waiter}
+            running -= finished
+            handled += len(finished)
 
     async def dispatch(self, delivery: Delivery) -> None:
         structlog.contextvars.bind_contextvars(delivery_id=delivery.delivery_id, event=delivery.event)

@@ -3,28 +3,32 @@
 Each check's run completes as soon as its result is known (:class:`EarlyResults`); the final
 state is recorded in the store, due to be reported, and published at once by the reconciler,
 which tries again on its next pass if GitHub could not be told.
+
+With several hosts an agent runs the pipeline (:func:`run_pipeline`, the same code) and the
+service tells GitHub what it recorded: :func:`report_started` when a run starts, the reconciler's
+``publish`` (after :func:`remember`) when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from bot.core.config import RepoConfig
-from bot.core.models import RunKind, RunReport, RunState, TestOutcome
+from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
 from bot.render.check_runs import CheckRunOutput, render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from runner.backends.base import RunnerFactory, StepProcess
+from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
@@ -41,7 +45,7 @@ class RunExecutor:
         workspace_root: Path,
         cache_root: Path,
         app: GitHubApp | None = None,
-        locks: PrLocks | None = None,
+        locks: PrLocking | None = None,
         reconciler: Reconciler | None = None,
     ):
         self.store = store
@@ -65,15 +69,7 @@ class RunExecutor:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
             job = fresh or job
-            await _send_reports(
-                "start",
-                reporter.sync_check_runs(
-                    job,
-                    render_in_progress_output(job.environment, attempt=job.attempts),
-                    while_state=RunState.RUNNING,
-                ),
-                reporter.refresh_summary(job.repo, pr),
-            )
+            await report_started(reporter, job)
         early = EarlyResults(self.store, job, reporter)
         report = await self._execute(job, cancel, token, early)
         await early.drain()
@@ -84,7 +80,7 @@ class RunExecutor:
                 "the run was taken back from this worker; its result is dropped", state=report.state.value
             )
             return
-        await self._remember(job, report)
+        await remember(self.store, self.locks, job, report)
         log.info("run finished", state=report.state.value, error=report.error)
         await self.reconciler.publish(job.id)
 
@@ -109,52 +105,97 @@ class RunExecutor:
     async def _execute(
         self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
     ) -> RunReport:
-        config = job.request.config or RepoConfig()
-        environment = config.environment(job.environment)
-        if environment is None:
-            return job.report_without_results(
-                RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
-            )
         baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
-        deps = PipelineDeps(
+        return await run_pipeline(
+            job,
+            cancel,
+            token=token,
+            baseline=baseline,
             runner_factory=self.runner_factory,
             workspace_root=self.workspace_root,
             cache_root=self.cache_root,
-            token=token,
-            baseline=baseline,
-            attempt=job.attempts,
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
         )
-        pipeline = Pipeline(job.request, config, environment, job.id, deps)
-        run = asyncio.create_task(pipeline.execute())
-        stop = asyncio.create_task(cancel.wait())
-        try:
-            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if stop.done() and not run.done():
-                await pipeline.cancel()
-            return await run
-        finally:
-            stop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop
 
-    async def _remember(self, job: Job, report: RunReport) -> None:
-        if (
-            job.request.kind == RunKind.BASELINE
-            and report.probe is not None
-            and report.state == RunState.SUCCEEDED
-        ):
-            await asyncio.to_thread(self.store.save_baseline, job.repo, job.environment, report.probe)
-        if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
-            return
-        failed = sorted(
-            r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
+
+async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) -> None:
+    """What a final run leaves for later runs: a default-branch run's probe (the CI reference),
+    a PR run's failing tests (for ``/retest-gpu failed``). Done by the process that records the
+    run's end (one machine) or reports it (several hosts: agents may not write these rows)."""
+    if (
+        job.request.kind == RunKind.BASELINE
+        and report.probe is not None
+        and report.state == RunState.SUCCEEDED
+    ):
+        await asyncio.to_thread(store.save_baseline, job.repo, job.environment, report.probe)
+    if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
+        return
+    failed = sorted(
+        r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
+    )
+    async with locks(job.repo, job.pr_number):  # the reporter writes the same row
+        state = await asyncio.to_thread(store.pull_state, job.repo, job.pr_number)
+        state.failed_tests[job.environment] = failed
+        await asyncio.to_thread(store.save_pull_state, state)
+
+
+async def report_started(reporter: GitHubReporter, job: Job) -> None:
+    """A run started: its check runs in progress (created if missing), the summary refreshed."""
+    assert job.pr_number is not None
+    await _send_reports(
+        "start",
+        reporter.sync_check_runs(
+            job,
+            render_in_progress_output(job.environment, attempt=job.attempts),
+            while_state=RunState.RUNNING,
+        ),
+        reporter.refresh_summary(job.repo, job.pr_number),
+    )
+
+
+async def run_pipeline(
+    job: Job,
+    cancel: asyncio.Event,
+    *,
+    token: str | None,
+    baseline: EnvFacts | None,
+    runner_factory: RunnerFactory,
+    workspace_root: Path,
+    cache_root: Path,
+    progress: Callable[[RunReport], Awaitable[None]] | None = None,
+    processes: ProcessLedger | None = None,
+) -> RunReport:
+    """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
+    container) and ends it cancelled."""
+    config = job.request.config or RepoConfig()
+    environment = config.environment(job.environment)
+    if environment is None:
+        return job.report_without_results(
+            RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
         )
-        async with self.locks(job.repo, job.pr_number):  # the reporter writes the same row
-            state = await asyncio.to_thread(self.store.pull_state, job.repo, job.pr_number)
-            state.failed_tests[job.environment] = failed
-            await asyncio.to_thread(self.store.save_pull_state, state)
+    deps = PipelineDeps(
+        runner_factory=runner_factory,
+        workspace_root=workspace_root,
+        cache_root=cache_root,
+        token=token,
+        baseline=baseline,
+        attempt=job.attempts,
+        progress=progress,
+        processes=processes,
+    )
+    pipeline = Pipeline(job.request, config, environment, job.id, deps)
+    run = asyncio.create_task(pipeline.execute())
+    stop = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done() and not run.done():
+            await pipeline.cancel()
+        return await run
+    finally:
+        stop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop
 
 
 async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:

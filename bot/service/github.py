@@ -292,5 +292,19 @@ class GitHubApp:
             log.info("installation token issued", installation_id=installation_id)
             return token
 
+    async def repository_token(self, installation_id: int, repo: str) -> tuple[str, datetime]:
+        """A new token for one repository (``owner/name``) with read-only contents: what an agent
+        needs to clone it, and nothing more. Never cached: one per run, handed to its agent."""
+        data = await self._api().post(
+            f"/app/installations/{installation_id}/access_tokens",
+            data={"repositories": [repo.split("/", 1)[1]], "permissions": {"contents": "read"}},
+            jwt=self.jwt(),
+        )
+        token = str(data["token"])
+        register_secret(token)
+        expires = datetime.fromisoformat(str(data["expires_at"]).replace("Z", "+00:00"))
+        log.info("clone token issued", installation_id=installation_id, repo=repo)
+        return token, expires
+
     async def client(self, installation_id: int) -> GitHubAPI:
         return self._api(await self.installation_token(installation_id))

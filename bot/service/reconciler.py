@@ -10,8 +10,10 @@ one is not sent again, and the summary is one comment found by marker and author
 
 The reconciler runs at start-up and then every ``interval_s``. Each pass:
 
-1. takes back running jobs whose worker stopped answering (no heartbeat for ``stale_after_s``):
-   queued again, or failed once they had ``max_attempts``;
+1. on one machine, takes back running jobs whose worker stopped answering (no heartbeat for
+   ``PARITYBOT_STALLED_AFTER_S``): queued again, or failed once they had ``max_attempts``. With
+   several hosts the stalled-job reaper does that instead, at the agents' heartbeat pace
+   (:mod:`bot.service.fleet.reaper`), and the reconciler only publishes;
 2. publishes every due job;
 3. gives every queued or running job the check runs it lacks (a creation that failed).
 
@@ -34,12 +36,16 @@ from bot.core.verdict import Verdict, verdict
 from bot.render.check_results import render_check_runs, render_performance_check
 from bot.render.check_runs import abandoned_output, render_in_progress_output, render_queued_output
 from bot.service.github import GitHubApp
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 from bot.service.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
+
+TakeBack = Callable[[], tuple[int, int]]
+"""Takes back the runs of silent workers: (requeued, failed). One machine: the store's ``recover``
+with ``stale_after_s``; several hosts have none here, the reaper does it (bot.service.fleet.reaper)."""
 
 REACTION_PASSED = "rocket"
 REACTION_FAILED = "confused"
@@ -58,20 +64,18 @@ class Reconciler:
         self,
         store: Store,
         app: GitHubApp | None,
-        locks: PrLocks,
+        locks: PrLocking,
         *,
-        max_attempts: int = 2,
         interval_s: float = 60.0,
-        stale_after_s: float = 120.0,
+        take_back: TakeBack | None = None,
         reporter_factory: Callable[[Job], Awaitable[GitHubReporter | None]] | None = None,
     ):
         self.store = store
         self.app = app
         self._reporter_factory = reporter_factory
         self.locks = locks
-        self.max_attempts = max_attempts
         self.interval_s = interval_s
-        self.stale_after_s = stale_after_s
+        self.take_back = take_back
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.passes = 0  # completed passes, for tests and logs
@@ -154,11 +158,10 @@ class Reconciler:
     # --- the periodic pass ----------------------------------------------------------------------
 
     async def run_once(self) -> None:
-        requeued, failed = await asyncio.to_thread(
-            self.store.recover, self.max_attempts, stale_after_s=self.stale_after_s
-        )
-        if requeued or failed:
-            log.warning("runs of silent workers taken back", requeued=requeued, failed=failed)
+        if self.take_back is not None:
+            requeued, failed = await asyncio.to_thread(self.take_back)
+            if requeued or failed:
+                log.warning("runs of silent workers taken back", requeued=requeued, failed=failed)
         for job in await asyncio.to_thread(self.store.jobs_due_for_report):
             await self.publish(job.id)
         for state in (RunState.QUEUED, RunState.RUNNING):

@@ -11,7 +11,8 @@ import asyncio
 import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import structlog
 from gidgethub import BadRequest
@@ -34,6 +35,17 @@ from bot.service.store.protocol import Store
 from bot.service.store.records import Job, PullState
 
 log = structlog.get_logger(__name__)
+
+
+class PrLocking(Protocol):
+    """A lock per PR: comment edits and scheduling for a PR never interleave. One process: an
+    asyncio lock (:class:`PrLocks`); several service replicas: a PostgreSQL advisory lock
+    (:class:`bot.service.fleet.locks.AdvisoryPrLocks`)."""
+
+    def __call__(self, repo: str, pr_number: int) -> AbstractAsyncContextManager[Any]: ...
+    def job(self, job_id: str) -> AbstractAsyncContextManager[Any]:
+        """One lock per job: whoever sends its check runs holds it (see :class:`PrLocks`)."""
+        ...
 
 
 class PrLocks:
@@ -92,7 +104,7 @@ class GitHubReporter:
         self,
         gh: GitHubAPI,
         store: Store,
-        locks: PrLocks,
+        locks: PrLocking,
         bot_login: str,
         *,
         app_id: int | None = None,

@@ -17,7 +17,7 @@ from bot.core.config import Environment, RepoConfig
 from bot.core.models import RunRequest, RunState
 from bot.render.check_runs import render_queued_output
 from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.reporter import GitHubReporter, PrLocking
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 
@@ -33,7 +33,7 @@ class Scheduler:
     def __init__(
         self,
         store: Store,
-        locks: PrLocks,
+        locks: PrLocking,
         reporter: GitHubReporter | None,
         wake: Callable[[], None] = lambda: None,
         *,
@@ -66,7 +66,7 @@ class Scheduler:
             for env in environments:
                 req = request.model_copy(update={"environment": env.name, "config": config})
                 job = await asyncio.to_thread(
-                    self.store.enqueue, req, env.name, dedupe_key(request, env.name, trigger_key)
+                    self.store.enqueue, req, env.name, dedupe_key(request, env.name, trigger_key), env.queue
                 )
                 if job is None:
                     log.info("run already requested", environment=env.name, trigger=trigger_key)

@@ -65,17 +65,29 @@ class Settings(BaseSettings):
     workspace_root: Path = Field(Path("/tmp/paritybot/workspaces"), description="where runs check out code")
     cache_root: Path = Field(Path("/tmp/paritybot/cache"), description="coverage maps, hook caches")
     max_attempts: int = Field(2, ge=1, le=10, description="tries of a job interrupted by a crash")
+    delivery_lease_s: float = Field(
+        120,
+        gt=0,
+        le=3600,
+        description="several service replicas: a delivery being handled by a replica that died is taken "
+        "by another after this long",
+    )
     reconcile_interval_s: float = Field(
         60.0, gt=0, le=3600, description="how often the reconciler finishes on GitHub what is due"
     )
     heartbeat_s: float = Field(
-        10.0, gt=0, le=600, description="how often a running job's worker says it lives"
-    )
-    stale_after_s: float = Field(
-        120.0,
+        10.0,
         gt=0,
-        le=86400,
-        description="a running job whose worker said nothing for this long is taken back",
+        le=300,
+        description="how often a running job's worker (one machine) or an agent (several hosts) says it "
+        "lives, and how often the reapers of several hosts look",
+    )
+    stalled_after_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="a running job whose worker or agent said nothing for this long is taken back (queued "
+        "again, or failed past its attempts); an agent stops its runs itself two heartbeats earlier",
     )
     github_retry_attempts: int = Field(5, ge=1, le=20, description="tries of one GitHub request")
     github_retry_wait_s: float = Field(
@@ -125,6 +137,12 @@ class Settings(BaseSettings):
     def _one_key(self) -> Settings:
         if self.private_key is not None and self.private_key_path is not None:
             raise ValueError("set PARITYBOT_PRIVATE_KEY or PARITYBOT_PRIVATE_KEY_PATH, not both")
+        if self.stalled_after_s < 3 * self.heartbeat_s:
+            raise ValueError(
+                "PARITYBOT_STALLED_AFTER_S must be at least 3 × PARITYBOT_HEARTBEAT_S: a worker is "
+                "given up only after missing several heartbeats, and an agent stops its runs two "
+                "heartbeats before the reaper may give them away"
+            )
         return self
 
     @model_validator(mode="after")
@@ -143,11 +161,13 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def is_postgres(self) -> bool:
+        return self.database_url.startswith(("postgresql://", "postgres://"))
+
+    @property
     def sqlite_path(self) -> Path:
-        if not self.database_url.startswith("sqlite:///"):
-            raise SettingsError(
-                "PARITYBOT_DATABASE_URL: PostgreSQL needs the multi-host backend, not in this build"
-            )
+        if self.is_postgres:
+            raise SettingsError("PARITYBOT_DATABASE_URL: a PostgreSQL URL, not a SQLite file")
         return Path(self.database_url.removeprefix("sqlite:///"))
 
     def private_key_text(self) -> str:
@@ -172,7 +192,24 @@ class Settings(BaseSettings):
         key = self.private_key_text()
         if "PRIVATE KEY" not in key:
             raise SettingsError("PARITYBOT_PRIVATE_KEY: not a PEM private key")
-        self.sqlite_path  # noqa: B018 - raises for unsupported database URLs
+        self._require_runner()
+
+    def require_agent(self) -> None:
+        """`agent` fails closed too: it needs PostgreSQL, and it must not be given the App's key."""
+        if not self.is_postgres:
+            raise SettingsError(
+                "PARITYBOT_DATABASE_URL: an agent needs the PostgreSQL of the service (postgresql://…)"
+            )
+        if self.private_key is not None or self.private_key_path is not None:
+            raise SettingsError(
+                "PARITYBOT_PRIVATE_KEY: set for an agent; agents never hold the App's private key "
+                "(the service hands them a token per run): remove it from the agent's settings"
+            )
+        if self.webhook_secret is not None:
+            raise SettingsError("PARITYBOT_WEBHOOK_SECRET: set for an agent, which never needs it: remove it")
+        self._require_runner()
+
+    def _require_runner(self) -> None:
         if self.runner == "host" and self.allow_host_runner != "trusted-code-only":
             raise SettingsError(
                 "PARITYBOT_RUNNER=host: refusing to start without "

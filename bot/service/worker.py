@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from bot.core.models import RunState
-from bot.service.store.protocol import Store
+from bot.service.store.protocol import EmbeddedQueue
 from bot.service.store.records import Job
 from bot.service.supervisor import Supervisor
 
@@ -29,7 +29,7 @@ Publisher = Callable[[str], Awaitable[bool]]
 class WorkerPool:
     def __init__(
         self,
-        store: Store,
+        store: EmbeddedQueue,
         execute: JobExecutor,
         *,
         concurrency: int = 2,

@@ -25,6 +25,7 @@ class InstallationToken:
     installation_id: int
     expires_at: datetime
     repositories: frozenset[str] | None  # None: every repository of the installation
+    permissions: dict[str, str] | None = None  # None: every permission the App has
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,46 @@ def verify_app_jwt(token: str, *, public_key_pem: str, app_id: int, now: datetim
 
 
 def new_installation_token(
-    installation_id: int, *, now: datetime, ttl: timedelta, repositories: frozenset[str] | None
+    installation_id: int,
+    *,
+    now: datetime,
+    ttl: timedelta,
+    repositories: frozenset[str] | None,
+    permissions: dict[str, str] | None = None,
 ) -> InstallationToken:
     # `ghs_` + 36 characters is the shape of GitHub's installation tokens.
     token = "ghs_" + secrets.token_hex(18)
-    return InstallationToken(token, installation_id, now + ttl, repositories)
+    return InstallationToken(token, installation_id, now + ttl, repositories, permissions)
+
+
+_LEVELS = {"read": 1, "write": 2, "admin": 3}
+
+# What each operation the fake serves needs of an installation token (GitHub's "permissions
+# required for GitHub Apps"); metadata read comes with every token.
+OPERATION_PERMISSIONS: dict[str, tuple[str, str]] = {
+    "pulls/get": ("pull_requests", "read"),
+    "pulls/list-files": ("pull_requests", "read"),
+    "repos/list-pull-requests-associated-with-commit": ("pull_requests", "read"),
+    "repos/get-content": ("contents", "read"),
+    "issues/list-comments": ("issues", "read"),
+    "issues/get-comment": ("issues", "read"),
+    "issues/create-comment": ("issues", "write"),
+    "issues/update-comment": ("issues", "write"),
+    "issues/delete-comment": ("issues", "write"),
+    "reactions/create-for-issue-comment": ("issues", "write"),
+    "reactions/list-for-issue-comment": ("issues", "read"),
+    "checks/create": ("checks", "write"),
+    "checks/update": ("checks", "write"),
+    "checks/get": ("checks", "read"),
+    "checks/list-annotations": ("checks", "read"),
+    "checks/list-for-ref": ("checks", "read"),
+    "repos/get-collaborator-permission-level": ("metadata", "read"),
+    "teams/get-membership-for-user-in-org": ("members", "read"),
+}
+
+
+def grants(held: dict[str, str], name: str, level: str) -> bool:
+    """Whether ``held`` permissions include ``name`` at ``level`` or above."""
+    if name == "metadata" and level == "read":
+        return True
+    return _LEVELS.get(held.get(name, ""), 0) >= _LEVELS[level]

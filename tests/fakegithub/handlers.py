@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from . import render
+from . import auth, render
 from .state import ROLE_PERMISSION, CheckRun, Comment, PullRequest, Reaction, Repo
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class Ctx:
     body: Any
     installation_id: int | None
     token_repos: frozenset[str] | None
+    token_permissions: dict[str, str] | None = None
 
     @property
     def site(self) -> render.Site:
@@ -122,11 +123,23 @@ async def create_installation_token(ctx: Ctx) -> web.Response:
         raise not_found()
     body = ctx.body or {}
     names = body.get("repositories")
-    token = ctx.fake.issue_token(inst.id, repositories=names)
+    granted = render.app(ctx.site)["permissions"]
+    asked = body.get("permissions")
+    if names is not None:
+        theirs = {r.name.lower() for r in ctx.fake.repos.values() if r.installation_id == inst.id}
+        if any(name.lower() not in theirs for name in names):
+            raise GitHubError(
+                422,
+                "There is at least one repository that does not exist or is not accessible to the "
+                "parent installation.",
+            )
+    if asked is not None and not all(auth.grants(granted, name, level) for name, level in asked.items()):
+        raise GitHubError(422, "The permissions requested are not granted to this installation.")
+    token = ctx.fake.issue_token(inst.id, repositories=names, permissions=asked)
     data = {
         "token": token.token,
         "expires_at": render.iso(token.expires_at),
-        "permissions": render.app(ctx.site)["permissions"],
+        "permissions": asked if asked is not None else granted,
         "repository_selection": "selected" if names else "all",
     }
     return respond(data, 201)

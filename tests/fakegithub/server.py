@@ -4,6 +4,7 @@ REST description, authenticates like GitHub, keeps state, and lets tests seed, i
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import secrets
@@ -68,6 +69,7 @@ class FakeGitHub:
         self.all_comments: dict[int, Comment] = {}
         self.runs: dict[int, CheckRun] = {}
         self.calls: list[Call] = []
+        self._latency: dict[tuple[str, str], float] = {}
         self.violations: list[Violation] = []
         self._expected: list[str] = []
         self._failures: list[InjectedFailure] = []
@@ -299,6 +301,7 @@ class FakeGitHub:
         *,
         ttl: timedelta | None = None,
         repositories: Iterable[str] | None = None,
+        permissions: dict[str, str] | None = None,
     ) -> auth.InstallationToken:
         """An installation token, as ``POST /app/installations/{id}/access_tokens`` would issue."""
         names = None if repositories is None else frozenset(r.lower() for r in repositories)
@@ -307,6 +310,7 @@ class FakeGitHub:
             now=self.now(),
             ttl=ttl if ttl is not None else self.token_ttl,
             repositories=names,
+            permissions=permissions,
         )
         self.tokens[token.token] = token
         return token
@@ -359,6 +363,11 @@ class FakeGitHub:
         return out
 
     # --- faults and expectations ----------------------------------------------------------
+
+    def slow(self, method: str, template: str, seconds: float) -> None:
+        """Answer requests of ``method`` to ``template`` (the description's path) ``seconds`` after
+        reading the state: a slow GitHub widens the windows in which concurrent writers interleave."""
+        self._latency[(method, template)] = seconds
 
     def fail(
         self,
@@ -472,6 +481,8 @@ class FakeGitHub:
         try:
             ctx = self._context(request, match.params, body, op.operation_id)
             answer = await handler(ctx)
+            # The answer leaves late, as read when the request came: what a slow GitHub shows.
+            await asyncio.sleep(self._latency.get((call.method, op.template), 0.0))
             if failure is not None:  # carried out; the answer is lost on the way back
                 return handlers.respond(failure.body, failure.status, failure.headers)
             return answer
@@ -524,4 +535,8 @@ class FakeGitHub:
             raise auth.AuthError("Bad credentials")
         ctx.installation_id = token.installation_id
         ctx.token_repos = token.repositories
+        if token.permissions is not None:
+            needed = auth.OPERATION_PERMISSIONS.get(op_id)
+            if needed is None or not auth.grants(token.permissions, *needed):
+                raise handlers.GitHubError(403, "Resource not accessible by integration")
         return ctx

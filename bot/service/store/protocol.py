@@ -1,8 +1,8 @@
 """The store and queue, as the service uses it: one protocol, whatever the backend.
 
-The service types against :class:`Store` only; ``bot.service.app`` picks the backend (today the
-embedded SQLite one, :mod:`bot.service.store.sqlite`; a PostgreSQL one for several hosts comes
-next). Everything here is backend-neutral: plain values and the records of
+The service types against :class:`Store` only; ``bot.service.app`` picks the backend: the
+embedded SQLite one (:mod:`bot.service.store.sqlite`, one machine, also an :class:`EmbeddedQueue`)
+or PostgreSQL (:mod:`bot.service.store.postgres`, several hosts). Everything here is backend-neutral: plain values and the records of
 :mod:`bot.service.store.records` in, the same out. Calls are synchronous and short; async callers
 run them with ``asyncio.to_thread``. Each method is one transaction.
 """
@@ -31,7 +31,9 @@ class Store(Protocol):
         ...
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
-        """Deliveries still ``received`` and due (past their retry delay), oldest first."""
+        """Deliveries still ``received`` and due (past their retry delay), oldest first, at most
+        ``limit``. A store shared by several replicas hands each to one replica at a time, and a
+        PR's next delivery only once its previous one is finished."""
         ...
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
@@ -59,12 +61,11 @@ class Store(Protocol):
 
     # jobs: one run of one PR head in one environment ---------------------------------------------
 
-    def enqueue(self, request: RunRequest, environment: str, dedupe_key: str) -> Job | None:
-        """Insert a queued job; None when a job with the same dedupe key exists (idempotency)."""
-        ...
-
-    def claim(self, queues: list[str] | None = None) -> Job | None:
-        """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
+    def enqueue(
+        self, request: RunRequest, environment: str, dedupe_key: str, queue: str | None = None
+    ) -> Job | None:
+        """Insert a job queued in ``queue`` (default: the environment's name); None when a job with
+        the same dedupe key exists (idempotency)."""
         ...
 
     def get_job(self, job_id: str) -> Job | None: ...
@@ -98,10 +99,6 @@ class Store(Protocol):
         """The results so far of a running attempt; False when the job is no longer its."""
         ...
 
-    def heartbeat(self, job_id: str, attempt: int) -> bool:
-        """The worker of ``attempt`` is alive; False when the job is no longer its."""
-        ...
-
     def jobs_due_for_report(self) -> list[Job]:
         """Final jobs whose state GitHub does not show yet, oldest first."""
         ...
@@ -115,12 +112,6 @@ class Store(Protocol):
     def is_cancel_requested(self, job_id: str) -> bool: ...
     def queue_position(self, job_id: str) -> int | None:
         """1 for the next job of its queue to start; None when it is not queued."""
-        ...
-
-    def recover(self, max_attempts: int, *, stale_after_s: float | None = None) -> tuple[int, int]:
-        """Running jobs whose process is gone (all at start-up; with ``stale_after_s``, those whose
-        heartbeat is older) are requeued, or failed past max_attempts and due to be reported.
-        Returns (requeued, failed)."""
         ...
 
     def jobs_for_pr(self, repo: str, pr_number: int) -> list[Job]:
@@ -154,3 +145,23 @@ class Store(Protocol):
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...
     def baseline(self, repo: str, environment: str) -> EnvFacts | None: ...
+
+
+class EmbeddedQueue(Store, Protocol):
+    """The store as the in-process workers of one machine use it (SQLite). With several hosts,
+    procrastinate hands jobs to agents instead (:mod:`bot.service.fleet`)."""
+
+    def claim(self, queues: list[str] | None = None) -> Job | None:
+        """The oldest queued job of ``queues`` (all when None), now ``running``; None when none waits."""
+        ...
+
+    def heartbeat(self, job_id: str, attempt: int) -> bool:
+        """The worker of ``attempt`` is alive; False when the job is no longer its."""
+        ...
+
+    def recover(self, max_attempts: int, *, stale_after_s: float | None = None) -> tuple[int, int]:
+        """Running jobs whose process is gone (all at start-up; with ``stale_after_s``, those whose
+        heartbeat is older) are requeued, or failed past max_attempts and due to be reported.
+        Returns (requeued, failed). With several hosts the reaper does this instead
+        (:mod:`bot.service.fleet.reaper`), from procrastinate's heartbeats of the agents."""
+        ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 
@@ -56,6 +57,8 @@ class Job(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    queue_job_id: int | None = Field(None, description="several hosts: the queue job of its current attempt")
+    host: str | None = Field(None, description="several hosts: the agent's host running it")
 
     def external_id(self, kind: str) -> str:
         """The check run's ``external_id``: names the job and the check, so a retry finds it."""
@@ -99,3 +102,20 @@ class PullState(BaseModel):
     failed_tests: dict[str, list[str]] = Field(
         default_factory=dict, description="environment → node ids that failed in its last run"
     )
+
+
+def pr_key(body: bytes) -> str | None:
+    """``owner/name#number`` of the pull request a delivery is about; None when it names none (or
+    is not what it should be: it is then handled without an order to keep)."""
+    try:
+        data = json.loads(body)
+        repo = data["repository"]["full_name"]
+        item = data.get("pull_request") or data.get("issue")
+        if item is None and isinstance(data.get("check_run"), dict):
+            item = (data["check_run"].get("pull_requests") or [None])[0]
+        number = item["number"] if isinstance(item, dict) else None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    if not isinstance(repo, str) or not isinstance(number, int) or len(repo) > 200:
+        return None
+    return f"{repo}#{number}"

@@ -174,7 +174,9 @@ class SQLiteStore:
 
     # jobs -----------------------------------------------------------------------------------------
 
-    def enqueue(self, request: RunRequest, environment: str, dedupe_key: str) -> Job | None:
+    def enqueue(
+        self, request: RunRequest, environment: str, dedupe_key: str, queue: str | None = None
+    ) -> Job | None:
         job_id = uuid.uuid4().hex[:16]
         with self._tx() as c:
             seq = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM jobs").fetchone()[0]
@@ -184,7 +186,7 @@ class SQLiteStore:
                 (
                     job_id,
                     seq,
-                    environment,
+                    queue or environment,
                     request.repo,
                     request.pr_number,
                     request.head_sha,

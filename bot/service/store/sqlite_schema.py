@@ -29,7 +29,12 @@ _MIGRATION_FILE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 
 def migrations() -> list[Migration]:
     """The numbered files of ``migrations/``, in order; their numbers run 1, 2, 3… without a gap."""
-    folder = resources.files("bot.service.store").joinpath("migrations")
+    return numbered_migrations("migrations")
+
+
+def numbered_migrations(folder_name: str) -> list[Migration]:
+    """The numbered SQL files of a folder of this package, in order, numbered 1, 2, 3… without a gap."""
+    folder = resources.files("bot.service.store").joinpath(folder_name)
     found = sorted(
         Migration(int(m[1]), entry.name, entry.read_text(encoding="utf-8"))
         for entry in folder.iterdir()

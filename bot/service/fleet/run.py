@@ -1,0 +1,57 @@
+"""Wiring of `paritybot agent`: its store, its runner choice and the pipeline it runs jobs with."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+
+from bot.core.models import EnvFacts, RunReport
+from bot.service.app import check_engine_at_startup, service_policy
+from bot.service.executor import run_pipeline
+from bot.service.fleet.agent import Agent, AgentConfig, JobRunner
+from bot.service.settings import Settings
+from bot.service.store.postgres_fleet import FleetStore
+from bot.service.store.records import Job
+from runner.backends.base import RunnerFactory
+from runner.backends.choice import runner_factory
+
+
+def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
+    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+        return await run_pipeline(
+            job,
+            cancel,
+            token=token,
+            baseline=baseline,
+            runner_factory=runners,
+            workspace_root=settings.workspace_root,
+            cache_root=settings.cache_root,
+        )
+
+    return run
+
+
+async def run_agent(
+    settings: Settings, labels: list[str], name: str = "", job_runner: JobRunner | None = None
+) -> int:
+    """Run an agent until it is stopped (SIGTERM: its runs go back to the queue) or fenced."""
+    store = await asyncio.to_thread(
+        partial(FleetStore, settings.database_url, migrate_schema=False, pool_size=4)
+    )
+    config = AgentConfig(
+        labels=labels,
+        name=name,
+        heartbeat_s=settings.heartbeat_s,
+        stalled_after_s=settings.stalled_after_s,
+        max_attempts=settings.max_attempts,
+        concurrency=settings.workers,
+    )
+    if job_runner is None:
+        # Containers of this host's runs that outlived their agent (kill -9, a crash) go first.
+        await asyncio.to_thread(check_engine_at_startup, settings)
+    runner = job_runner or pipeline_runner(settings, runner_factory(service_policy(settings)))
+    try:
+        await Agent(config, store, runner, settings.database_url).run()
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,127 @@
+"""An agent process for the several-hosts tests: the real `paritybot agent` (procrastinate's worker,
+heartbeat, fencing, reaper, sealed clone tokens) with a stub step in place of the pipeline, so that
+what the tests measure is the bot's own doing.
+
+    python tests/fleet_agent.py --labels cuda12.1 --name gpu-a
+
+The stub appends one JSON line per event to $STUB_EVENTS (start, end, stopped), waits $STUB_STEP_S
+seconds (in-process, or with STUB_MODE=docker in a real container of $STUB_IMAGE, stopped when the
+run is cancelled), and returns a report naming the agent that ran it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bot.core.models import EnvFacts, RunReport, RunState
+from bot.service.fleet.run import run_agent
+from bot.service.logs import configure_logging
+from bot.service.settings import load_settings
+from bot.service.store.records import Job
+
+STUB_LABEL = "paritybot.test-stub"
+
+
+def event(kind: str, job: Job, name: str, **extra: object) -> None:
+    line = json.dumps(
+        {"event": kind, "job": job.id, "sha": job.head_sha, "agent": name, "t": time.time(), **extra}
+    )
+    # One write of a short line to a file opened for appending: lines of several agents never mix.
+    fd = os.open(os.environ["STUB_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def step_seconds(job: Job, default: float) -> float:
+    """$STUB_STEPS (a JSON file: "SHA/environment" or head SHA → seconds) overrides $STUB_STEP_S."""
+    path = os.environ.get("STUB_STEPS")
+    if path and Path(path).exists():
+        steps = json.loads(Path(path).read_text())
+        return float(steps.get(f"{job.head_sha}/{job.environment}", steps.get(job.head_sha, default)))
+    return default
+
+
+def stub_runner(name: str, default_s: float, mode: str):  # type: ignore[no-untyped-def]
+    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+        digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+        step_s = step_seconds(job, default_s)
+        event("start", job, name, pid=os.getpid(), token_sha256=digest)
+        stopped = await (
+            in_container(job, cancel, step_s) if mode == "docker" else in_process(cancel, step_s)
+        )
+        event("stopped" if stopped else "end", job, name)
+        return RunReport(
+            run_id=job.id,
+            repo=job.repo,
+            pr_number=job.pr_number,
+            head_sha=job.head_sha,
+            environment=job.environment,
+            state=RunState.CANCELLED if stopped else RunState.SUCCEEDED,
+            runner=f"stub@{name}",
+            error="stopped: superseded" if stopped else None,
+        )
+
+    return run
+
+
+async def in_process(cancel: asyncio.Event, step_s: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(cancel.wait(), step_s)
+    return cancel.is_set()
+
+
+async def in_container(job: Job, cancel: asyncio.Event, step_s: float) -> bool:
+    import docker
+
+    client = docker.from_env()
+    container = await asyncio.to_thread(
+        client.containers.run,
+        os.environ["STUB_IMAGE"],
+        ["sleep", str(step_s)],
+        detach=True,
+        labels={STUB_LABEL: job.id},
+        network_mode="none",
+    )
+    done = asyncio.create_task(asyncio.to_thread(container.wait))
+    stop = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.done() and not done.done():
+            await asyncio.to_thread(container.remove, force=True)
+            return True
+        return False
+    finally:
+        stop.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(container.remove, force=True)
+        client.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--labels", required=True)
+    parser.add_argument("--name", required=True)
+    args = parser.parse_args()
+    settings = load_settings()
+    settings.require_agent()
+    configure_logging(settings.log_format, settings.log_level)
+    runner = stub_runner(
+        args.name, float(os.environ.get("STUB_STEP_S", "0")), os.environ.get("STUB_MODE", "sleep")
+    )
+    return asyncio.run(run_agent(settings, args.labels.split(","), args.name, job_runner=runner))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
