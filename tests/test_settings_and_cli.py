@@ -277,6 +277,10 @@ def test_serve_refuses_a_database_newer_than_itself_in_one_line(tmp_path: Path) 
             {"PARITYBOT_DATABASE_URL": "sqlite:///x.db"},
             "paritybot: PARITYBOT_DATABASE_URL: an agent needs the PostgreSQL of the service",
         ),
+        (
+            {"PARITYBOT_RUNNER": "host", "PARITYBOT_ALLOW_HOST_RUNNER": "trusted-code-only"},
+            "paritybot: PARITYBOT_RUNNER=host: agents run jobs in containers only",
+        ),
     ],
 )
 def test_an_agent_refuses_the_apps_secrets_and_a_database_of_its_own(

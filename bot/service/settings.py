@@ -207,7 +207,14 @@ class Settings(BaseSettings):
             )
         if self.webhook_secret is not None:
             raise SettingsError("PARITYBOT_WEBHOOK_SECRET: set for an agent, which never needs it: remove it")
-        self._require_runner()
+        if self.runner == "host":
+            # What a host step leaves running can only be found and killed by the process that
+            # recorded it; an agent killed mid-run hands its job to another host, so it must not
+            # leave processes on this one. Containers are found by label on any restart.
+            raise SettingsError(
+                "PARITYBOT_RUNNER=host: agents run jobs in containers only; the host runner is "
+                "for one machine (serve with SQLite)"
+            )
 
     def _require_runner(self) -> None:
         if self.runner == "host" and self.allow_host_runner != "trusted-code-only":
