@@ -179,7 +179,7 @@ def bare_argv(ids: list[str], head: Path, image: str | None) -> list[str]:
     pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
     if image is None:
         return [sys.executable, *pytest]
-    mount = ["-v", f"{head}:/work", "-w", "/work", "-e", "HOME=/tmp"]
+    mount = ["-v", f"{head}:/workspace", "-w", "/workspace", "-e", "HOME=/tmp"]
     return ["docker", "run", "--rm", "--network", "none", *mount, image, "python", *pytest]
 
 
