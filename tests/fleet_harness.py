@@ -224,17 +224,9 @@ class Fleet:
             return r.status
 
     def pr_event(self, action: str = "opened", **overrides: Any) -> dict[str, Any]:
-        values: dict[str, Any] = dict(
-            number=7,
-            head_sha=self.sample.head_sha,
-            base_ref="main",
-            base_sha=self.sample.base_sha,
-            repo_full_name=REPO,
-            clone_url=self.clone_url,
-            installation_id=1,
-            api_url=self.fake.url,
+        return payloads.sample_pr_event(
+            action, self.sample, repo=REPO, clone_url=self.clone_url, api_url=self.fake.url, **overrides
         )
-        return payloads.pull_request_event(action, **(values | overrides))
 
     def new_head(self, n: int) -> str:
         """A made-up head SHA for PR #7 (the stub step never checks it out)."""

@@ -521,3 +521,20 @@ def delivery(
     """``(body, headers)`` ready to POST to the bot's webhook endpoint."""
     body = encode(payload)
     return body, webhook_headers(event, body, secret, delivery_id=delivery_id)
+
+
+def sample_pr_event(
+    action: str, sample: Any, *, repo: str, clone_url: str, api_url: str, **overrides: Any
+) -> dict[str, Any]:
+    """PR 7 of ``repo`` proposing the sample repository's head on its base, as the harnesses send it."""
+    values: dict[str, Any] = dict(
+        number=7,
+        head_sha=sample.head_sha,
+        base_ref="main",
+        base_sha=sample.base_sha,
+        repo_full_name=repo,
+        clone_url=clone_url,
+        installation_id=1,
+        api_url=api_url,
+    )
+    return pull_request_event(action, **(values | overrides))

@@ -166,16 +166,8 @@ class ServeProcess:
             return resp.status
 
     def pr_opened(self) -> dict[str, Any]:
-        return payloads.pull_request_event(
-            "opened",
-            number=7,
-            head_sha=self.sample.head_sha,
-            base_ref="main",
-            base_sha=self.sample.base_sha,
-            repo_full_name=REPO,
-            clone_url=self.clone_url,
-            installation_id=1,
-            api_url=self.fake.url,
+        return payloads.sample_pr_event(
+            "opened", self.sample, repo=REPO, clone_url=self.clone_url, api_url=self.fake.url
         )
 
     def started_attempts(self) -> list[int]:
