@@ -5,6 +5,7 @@ git repository with pytest-benchmark tests, base against head on the host runner
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -104,7 +105,8 @@ async def test_a_labelled_pr_gets_the_performance_section_and_check_run(
         assert [s["status"] for s in perf.states] == ["completed"]
         final = perf.states[-1]
         assert final["conclusion"] == "failure"  # blocking: true, and twenty times the work
-        assert final["output"]["title"] == "1 benchmark slower by more than 3%"
+        # The slowed benchmark for sure; on a loaded machine an unchanged one may cross 3% too.
+        assert re.fullmatch(r"[12] benchmarks? slower by more than 3%", final["output"]["title"])
         [summary] = [c.body for c in bot.bot_comments()]
         section = summary[summary.index("### Performance") :]
         rows = {
