@@ -6,7 +6,8 @@ what the tests measure is the bot's own doing.
 
 The stub appends one JSON line per event to $STUB_EVENTS (start, end, stopped), waits $STUB_STEP_S
 seconds (in-process, or with STUB_MODE=docker in a real container of $STUB_IMAGE, stopped when the
-run is cancelled), and returns a report naming the agent that ran it.
+run is cancelled; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
+concurrency does not hang on the machine's speed), and returns a report naming the agent that ran it.
 """
 
 from __future__ import annotations
@@ -58,9 +59,12 @@ def stub_runner(name: str, default_s: float, mode: str):  # type: ignore[no-unty
         digest = hashlib.sha256(token.encode()).hexdigest() if token else None
         step_s = step_seconds(job, default_s)
         event("start", job, name, pid=os.getpid(), token_sha256=digest)
-        stopped = await (
-            in_container(job, cancel, step_s) if mode == "docker" else in_process(cancel, step_s)
-        )
+        if mode == "docker":
+            stopped = await in_container(job, cancel, step_s)
+        elif mode.startswith("together:"):
+            stopped = await until_started(int(mode.split(":")[1]), cancel, step_s)
+        else:
+            stopped = await in_process(cancel, step_s)
         event("stopped" if stopped else "end", job, name)
         return RunReport(
             run_id=job.id,
@@ -79,6 +83,18 @@ def stub_runner(name: str, default_s: float, mode: str):  # type: ignore[no-unty
 async def in_process(cancel: asyncio.Event, step_s: float) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(cancel.wait(), step_s)
+    return cancel.is_set()
+
+
+async def until_started(count: int, cancel: asyncio.Event, limit_s: float) -> bool:
+    """Wait until ``count`` runs have started (on any agent), at most ``limit_s`` seconds."""
+    events = Path(os.environ["STUB_EVENTS"])
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not cancel.is_set():
+        started = sum(json.loads(line)["event"] == "start" for line in events.read_text().splitlines())
+        if started >= count:
+            break
+        await asyncio.sleep(0.05)
     return cancel.is_set()
 
 

@@ -56,9 +56,13 @@ async def test_each_environment_runs_only_on_agents_of_its_label(fleet: Fleet) -
 
 async def test_an_agent_runs_as_many_jobs_at_once_as_its_workers_setting(fleet: Fleet) -> None:
     serve = await fleet.start_serve()
-    await fleet.start_agent("gpu-both", "cuda12.1,cuda11.8", step_s=3, PARITYBOT_WORKERS="2")
+    # Each run lasts until both have started, 40 s at most: one worker would end the first run
+    # (after 40 s) before starting the second, whatever the machine's speed.
+    await fleet.start_agent(
+        "gpu-both", "cuda12.1,cuda11.8", step_s=40, mode="together:2", PARITYBOT_WORKERS="2"
+    )
     assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
-    await fleet.wait_settled(2)
+    await fleet.wait_settled(2, timeout=120)
 
     order = [e["event"] for e in fleet.events() if e["event"] in ("start", "end")]
     assert order[:2] == ["start", "start"]  # the second began before the first ended
