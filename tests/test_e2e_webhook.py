@@ -117,7 +117,8 @@ async def test_killing_the_worker_mid_run_loses_no_job(fake_github: FakeGitHub, 
         await gate.wait_started()
         [job] = bot.store.jobs_for_pr(REPO, 7)
         assert job.state == RunState.RUNNING
-        await bot.stop()  # the process dies: the run is abandoned mid-step
+        await bot.stop()  # the process stops: the run is abandoned mid-step, and nothing of it goes on
+        assert [t for t in asyncio.all_tasks() if "Pipeline.execute" in repr(t.get_coro())] == []
 
         bot.runner = host_runner_factory()  # the restarted process has a healthy runner
         await bot.start()

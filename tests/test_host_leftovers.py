@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,47 @@ async def test_each_step_is_recorded_while_it_runs_and_its_background_processes_
     assert (recorded.step, recorded.boot_id) == ("tests", boot_id()) and recorded.start_ticks > 0
     assert ledger.live == []  # forgotten once it ended
     assert not alive(background)
+
+
+# A server the step starts in a session of its own, keeping the step's output open; it prints its id.
+ESCAPE = (
+    "import subprocess, sys; "
+    "p = subprocess.Popen(['sleep', '600'], start_new_session=True); "
+    "print(p.pid, flush=True)"
+)
+
+
+async def test_a_step_ends_with_its_leader_though_what_it_left_in_another_session_holds_its_output(
+    tmp_path: Path,
+) -> None:
+    runner = HostRunner()
+    started = time.monotonic()
+    result = await runner.run(Step(name="tests", argv=[sys.executable, "-c", ESCAPE], timeout_s=60), tmp_path)
+    assert time.monotonic() - started < 30  # not the step's timeout, nor the server's ten minutes
+    assert result.ok and not result.timed_out
+    assert wait_gone(int(result.output.strip()))  # it carried the step's mark: killed at the end
+
+
+async def test_a_step_past_its_timeout_is_stopped_though_what_it_left_holds_its_output(
+    tmp_path: Path,
+) -> None:
+    runner = HostRunner()
+    code = ESCAPE + "; import time; time.sleep(600)"
+    started = time.monotonic()
+    result = await runner.run(Step(name="tests", argv=[sys.executable, "-c", code], timeout_s=2), tmp_path)
+    assert time.monotonic() - started < 30
+    assert result.timed_out and not result.ok
+    assert wait_gone(int(result.output.split()[0]))
+
+
+async def test_a_huge_output_keeps_its_head_and_tail_with_secrets_redacted(tmp_path: Path) -> None:
+    runner = HostRunner(output_limit=1_000, redact=["s3cr3t-token"])
+    code = "print('first line s3cr3t-token'); print('x' * 2_000_000); print('last line s3cr3t-token')"
+    result = await runner.run(Step(name="tests", argv=[sys.executable, "-c", code], timeout_s=60), tmp_path)
+    assert result.output.startswith("first line ***")
+    assert result.output.rstrip().endswith("last line ***")
+    assert "s3cr3t" not in result.output and "bytes cut" in result.output
+    assert len(result.output) < 1_100
 
 
 def test_a_group_whose_leader_exited_at_once_is_still_named_and_killed() -> None:

@@ -194,6 +194,11 @@ async def run_pipeline(
         return await run
     finally:
         stop.cancel()
+        if not run.done():
+            # This task was cancelled (the service is stopping): the run stops with it, its step's
+            # processes killed, rather than going on with no one left to report it.
+            run.cancel()
+            await asyncio.wait({run})
         with contextlib.suppress(asyncio.CancelledError):
             await stop
 

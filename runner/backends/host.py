@@ -20,7 +20,9 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 import platformdirs
 import structlog
@@ -49,6 +51,10 @@ PASSED_THROUGH = frozenset(
     }
 )
 PASSED_THROUGH_PREFIXES = ("LC_",)
+
+# Set to a new value for each step: a process that left the step's process group (a server
+# started in a session of its own) still carries it, and is killed when the step ends.
+STEP_MARKER = "PARITYBOT_STEP"
 
 
 def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
@@ -116,47 +122,63 @@ class HostRunner:
             target = workspace / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        env = {**minimal_environment(os.environ), **self._info.env, **step.env, **self._store_env(step.store)}
+        marker = uuid.uuid4().hex
+        env = {
+            **minimal_environment(os.environ),
+            **self._info.env,
+            **step.env,
+            **self._store_env(step.store),
+            STEP_MARKER: marker,
+        }
         started = time.monotonic()
-        try:
-            # A new session, so a timeout or cancel kills the whole process group, not just its leader.
-            self._proc = await asyncio.create_subprocess_exec(
-                *step.argv,
-                cwd=workspace / step.workdir,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return StepResult(
-                name=step.name, exit_code=None, error=f"{step.name}: could not start {step.argv[0]}: {exc}"
-            )
-        proc = self._proc
-        group = await self._record(proc.pid, step.name)
-        timed_out = False
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout=step.timeout_s)
-        except TimeoutError:
-            timed_out = True
-            self._kill(proc)
-            out, _ = await proc.communicate()
-        except asyncio.CancelledError:
-            # The task running us was cancelled (shutdown): leave no process behind.
-            self._kill(proc)
-            await proc.wait()
-            raise
-        finally:
-            self._proc = None
-        # Whatever the step started in the background ends with it. Its leader is reaped, so the id
-        # names our group only while a member lives and no new process has taken the id.
-        if start_ticks(proc.pid) is None and group_members(proc.pid):
-            self._kill(proc)
-        await self._forget(group)
-        duration = time.monotonic() - started
-        # Redacted before the cap, so no cut can leave half a secret behind.
-        text = cap_output(redact(out.decode("utf-8", "replace"), self._secrets), self._output_limit)
+        # The output goes to a file, not a pipe: the step ends when its leader does, even if a
+        # process it left behind (a server in a session of its own) still holds the output open.
+        with tempfile.TemporaryFile(prefix="paritybot-output-") as output:
+            try:
+                # A new session, so a timeout or cancel kills the whole process group, not just its leader.
+                self._proc = await asyncio.create_subprocess_exec(
+                    *step.argv,
+                    cwd=workspace / step.workdir,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return StepResult(
+                    name=step.name,
+                    exit_code=None,
+                    error=f"{step.name}: could not start {step.argv[0]}: {exc}",
+                )
+            proc = self._proc
+            group = await self._record(proc.pid, step.name)
+            timed_out = False
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=step.timeout_s)
+            except TimeoutError:
+                timed_out = True
+                self._kill(proc)
+                await proc.wait()
+            except asyncio.CancelledError:
+                # The task running us was cancelled (shutdown): leave no process behind.
+                self._kill(proc)
+                kill_marked(marker)
+                await proc.wait()
+                raise
+            finally:
+                self._proc = None
+            # Whatever the step started in the background ends with it: its process group (the
+            # leader is reaped, so the id names our group only while a member lives and no new
+            # process has taken the id), and what left the group but still carries the step's mark.
+            if start_ticks(proc.pid) is None and group_members(proc.pid):
+                self._kill(proc)
+            escaped = kill_marked(marker)
+            if escaped:
+                log.info("killed what the step left running", step=step.name, processes=len(escaped))
+            await self._forget(group)
+            duration = time.monotonic() - started
+            text = read_output(output, self._output_limit, self._secrets)
         collected, refused = collect_files(
             step.collect, lambda rel: self._read_collected(workspace, rel, step.collect_max_bytes)
         )
@@ -251,6 +273,42 @@ def group_start_ticks(pgid: int) -> int | None:
         return leader
     members = [t for t in map(start_ticks, group_members(pgid)) if t is not None]
     return min(members, default=None)
+
+
+def kill_marked(marker: str) -> list[int]:
+    """Kill the processes whose environment holds ``STEP_MARKER=marker``; their ids are returned.
+
+    A process can clear its own environment and escape this; the host runner runs trusted code."""
+    needle = f"{STEP_MARKER}={marker}".encode()
+    killed = []
+    for entry in _PROC.iterdir() if _PROC.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
+def read_output(output: BinaryIO, limit: int, secrets: list[str]) -> str:
+    """A step's output file as text, secrets redacted, its head and tail kept when it is longer than
+    ``limit`` characters; a huge log is never read whole."""
+    size = output.seek(0, os.SEEK_END)
+    window = 4 * limit  # bytes: `limit` characters each way, with room for a secret across the edge
+    output.seek(0)
+    if size <= 2 * window:
+        # Redacted before the cap, so no cut can leave half a secret behind.
+        return cap_output(redact(output.read().decode("utf-8", "replace"), secrets), limit)
+    head = redact(output.read(window).decode("utf-8", "replace"), secrets)
+    output.seek(size - window)
+    tail = redact(output.read(window).decode("utf-8", "replace"), secrets)
+    half = limit // 2
+    return f"{head[:half]}\n\n… about {size - 2 * half} bytes cut …\n\n{tail[-half:]}"
 
 
 def group_members(pgid: int) -> list[int]:
