@@ -54,7 +54,7 @@ PASSED_THROUGH_PREFIXES = ("LC_",)
 
 # Set to a new value for each step: a process that left the step's process group (a server
 # started in a session of its own) still carries it, and is killed when the step ends.
-STEP_MARKER = "PARITYBOT_STEP"
+STEP_MARKER = "STEP_MARK"
 
 
 def minimal_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
