@@ -52,6 +52,7 @@ from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
+from runner.perf.selection import select_benchmarks
 from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES_DIR,
@@ -354,9 +355,7 @@ class Pipeline:
             return result
         names = None
         if result.selected:
-            selection = report.tests.selection if report.tests is not None else None
-            if selection is None:
-                selection = await asyncio.to_thread(self._select, ws)
+            selection = await asyncio.to_thread(self._select_benchmarks, ws)
             names = selected_benchmarks(selection)
             if names == []:
                 return result  # nothing the change can affect: an empty comparison, said so
@@ -407,6 +406,11 @@ class Pipeline:
         assert ws.base_sha is not None
         maps = CoverageMapStore(self._coverage_dir()) if self.config.tests.use_coverage_map else None
         return select_tests(ws.path, ws.base_sha, ws.head_sha, self.config.tests, maps)
+
+    def _select_benchmarks(self, ws: Workspace) -> Selection:
+        assert ws.base_sha is not None  # a comparison without a base stopped before
+        maps = CoverageMapStore(self._coverage_dir()) if self.config.tests.use_coverage_map else None
+        return select_benchmarks(ws.path, ws.base_sha, ws.head_sha, self.config, maps)
 
     async def _tests(self, report: RunReport, ws: Workspace, selection: Selection) -> TestsResult:
         assert self._runner is not None

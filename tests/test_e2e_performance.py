@@ -63,7 +63,8 @@ def fragile():
 
 
 def benchmark_project(tmp: Path) -> SampleRepo:
-    """main: four benchmarks; feature: one does twenty times the work, one raises."""
+    """main: four benchmarks in ``benches/``, a test in ``tests/``; feature: one benchmark does twenty
+    times the work, one raises."""
     path = tmp / "bench-project"
     (path / "benches").mkdir(parents=True)
     (path / "benches" / "test_bench.py").write_text(BENCH)
@@ -71,6 +72,11 @@ def benchmark_project(tmp: Path) -> SampleRepo:
     (path / "other.py").write_text("def add(a, b):\n    return a + b\n")
     (path / "benches" / "test_other.py").write_text(
         "import other\n\n\ndef test_add(benchmark):\n    assert benchmark(other.add, 1, 2) == 3\n"
+    )
+    # The tests live apart from the benchmarks, in the test roots the tests' selection reads.
+    (path / "tests").mkdir()
+    (path / "tests" / "test_spin.py").write_text(
+        "import spin\n\n\ndef test_same():\n    assert spin.same(3) >= 0\n"
     )
     git(path, "init", "-q", "-b", "main")
     base = commit_all(path, "Benchmarks")

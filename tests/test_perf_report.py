@@ -234,6 +234,65 @@ def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_a
     assert why.strip().startswith("- tests/test_a.py::test_a: ") and "pkg/a.py" in why.splitlines()[1]
 
 
+def bench_outside_the_tests(repo: GitRepo) -> str:
+    """A project whose benchmarks live in ``bench/``, beside its tests, as many projects keep them;
+    one benchmark module needs an optional dependency that is not installed."""
+    return repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [bench/]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "",
+            "pkg/a.py": "def work():\n    # one\n    return 1\n",
+            "pkg/b.py": "def work():\n    return 2\n",
+            "tests/test_a.py": "from pkg import a\n\n\ndef test_a():\n    assert a.work() == 1\n",
+            "bench/test_a.py": "from pkg import a\n\n\ndef test_a(benchmark):\n    benchmark(a.work)\n",
+            "bench/test_b.py": "from pkg import b\n\n\ndef test_b(benchmark):\n    benchmark(b.work)\n",
+            "bench/test_extra.py": "import not_installed_anywhere\n\n\ndef test_x(benchmark):\n    benchmark(len, [])\n",
+        }
+    )
+
+
+def test_paritybot_perf_affected_finds_benchmarks_outside_the_test_roots(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = bench_outside_the_tests(repo)
+    repo.commit({"pkg/a.py": "def work():\n    # one\n    return sum(range(3))\n"})
+
+    done = perf_cli(repo.path, base, "--affected")
+
+    assert done.returncode in (0, 1), done.stderr
+    assert "bench/test_a.py::test_a" in done.stdout
+    assert "test_b" not in done.stdout
+    why = done.stdout.split("Why these benchmarks:", 1)[1]
+    assert why.strip().startswith("- bench/test_a.py::test_a: ") and "pkg/a.py" in why
+
+
+def test_paritybot_perf_affected_compares_nothing_for_a_comment_and_says_why(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = bench_outside_the_tests(repo)
+    repo.commit({"pkg/a.py": "def work():\n    # the one and only\n    return 1\n"})
+
+    done = perf_cli(repo.path, base, "--affected")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("No benchmark to compare: no benchmark can be affected by this change")
+    assert "pkg/a.py: only comments, docstrings or formatting changed" in done.stdout
+    assert "| # |" not in done.stdout  # no empty table
+
+
+def test_a_benchmark_module_that_does_not_collect_is_named_not_dropped_unseen(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = bench_outside_the_tests(repo)
+    repo.commit({"pkg/b.py": "def work():\n    return 3\n"})
+
+    done = perf_cli(repo.path, base)
+
+    assert done.returncode in (0, 1), done.stderr
+    assert "bench/test_b.py::test_b" in done.stdout
+    assert (
+        "bench/test_extra.py could not be collected on either side, its benchmarks not compared: "
+        "ModuleNotFoundError: No module named 'not_installed_anywhere'"
+    ) in done.stderr
+
+
 @pytest.mark.parametrize("planted", ["link", "tree"])
 def test_a_pull_request_cannot_choose_where_the_sides_are_written(tmp_path, planted):
     outside = tmp_path / "outside"

@@ -23,6 +23,7 @@ from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
 from runner.git import GitError, export_commit
 from runner.gitdiff import UnsafeFileError
+from runner.perf.selection import select_benchmarks
 from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES,
@@ -35,7 +36,7 @@ from runner.perf.step import (
     why_selected,
 )
 from runner.selection.coverage_map import CoverageMapStore
-from runner.selection.pr import select_tests
+from runner.selection.pr import nothing_selected
 
 
 async def compare_local(
@@ -88,6 +89,11 @@ async def perf_main(
         config = parse_repo_config(gitdiff.read_file(repo, base_sha, CONFIG_PATH))
         selection = _selection(repo, base_sha, head_sha, config) if affected else None
         names = selected_benchmarks(selection) if selection is not None else None
+        if selection is not None and names == []:
+            print(f"No benchmark to compare: {nothing_selected(selection, 'benchmark')}.")
+            for note in selection.notes:
+                print(note)
+            return 0
         report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config, names)
     except (GitError, UnsafeFileError, ConfigError, RunnerError, PerfRunError) as exc:
         print(f"paritybot perf: {exc}", file=sys.stderr)
@@ -116,6 +122,5 @@ async def perf_main(
 
 
 def _selection(repo: Path, base_sha: str, head_sha: str, config: RepoConfig) -> Selection:
-    settings = config.tests
-    maps = CoverageMapStore(coverage_dir(repo)) if settings.use_coverage_map else None
-    return select_tests(repo, base_sha, head_sha, settings, maps)
+    maps = CoverageMapStore(coverage_dir(repo)) if config.tests.use_coverage_map else None
+    return select_benchmarks(repo, base_sha, head_sha, config, maps)

@@ -489,11 +489,15 @@ class Driver:
         """Per side, the benchmarks every one of its processes found; None when a side found none."""
         found: dict = {}
         failed: dict = {}
+        broken: dict = {side: {} for side in SIDES}
         for (side, _), worker in sorted(workers.items()):
             event = self._await(worker, None, ("collected",), self.spec["timeout_s"])
             if event["ev"] == "error":
                 failed.setdefault(side, event.get("message", ""))
                 continue
+            if isinstance(event.get("broken"), dict):
+                for where, error in list(event["broken"].items())[:10]:
+                    broken[side].setdefault(_clip(str(where), 300), _clip(str(error), 500))
             names = [str(n)[:MAX_NAME] for n in event.get("names") or []][:MAX_BENCHMARKS]
             for where in (event.get("foreign") or [])[:5]:
                 warning = f"{side} imported {_clip(where, 300)}, not from its checkout: both sides may run the same code"
@@ -504,7 +508,17 @@ class Driver:
             if side in failed:
                 message = "could not list the benchmarks: " + failed[side]
                 self.errors.append({"kind": kind["kind"], "side": side, "message": _clip(message)})
+        self._warn_not_collected(broken)
         return None if failed else found
+
+    def _warn_not_collected(self, broken):
+        """A warning per file that did not collect: its benchmarks are missing from the comparison."""
+        for where in sorted(set(broken["base"]) | set(broken["head"])):
+            sides = [side for side in SIDES if where in broken[side]]
+            on = "either side" if len(sides) == 2 else sides[0]
+            warning = f"{where} could not be collected on {on}, its benchmarks not compared: {broken[sides[-1]][where]}"
+            if warning not in self.warnings:
+                self.warnings.append(_clip(warning, 600))
 
     def _start(self, kind, slot):
         side, index = slot

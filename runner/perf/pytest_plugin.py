@@ -117,7 +117,7 @@ def pytest_sessionstart(session):
 
 def pytest_collectreport(report):
     if _run is not None and report.failed:
-        _run.collect_errors[report.nodeid] = _last_lines(report.longreprtext)
+        _run.collect_errors[report.nodeid] = _error_line(report.longreprtext)
 
 
 def pytest_runtest_logreport(report):
@@ -139,7 +139,10 @@ def pytest_runtestloop(session):
     items = {item.nodeid: item for item in session.items}
     # The driver hears what this side has, then says what to run: the benchmarks both sides have.
     names = [n for n, i in items.items() if "benchmark" in i.fixturenames]
-    _run.channel.send(ev="collected", names=names, foreign=driver.foreign_imports())
+    # What failed to collect is said too: a benchmark module that does not import on either side
+    # would otherwise drop out of the comparison unseen.
+    broken = dict(list(_run.collect_errors.items())[:10])
+    _run.channel.send(ev="collected", names=names, foreign=driver.foreign_imports(), broken=broken)
     planned = _run.channel.receive().get("names", [])
     for index, name in enumerate(planned):
         item = items.get(name)
@@ -169,6 +172,13 @@ def _not_collected(name, collect_errors):
         if where == path or name.startswith(where + "::"):
             return "not collected on this side: " + error
     return "not collected on this side"
+
+
+def _error_line(text):
+    """The line that says what went wrong: pytest's last ``E`` line, else the last line."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    marked = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return driver._clip((marked or lines or ["(no message)"])[-1])
 
 
 def _last_lines(text, count=12):

@@ -131,9 +131,9 @@ def select_tests(
     return selection
 
 
-def nothing_selected(selection: Selection) -> str:
-    """Why no test runs, in one sentence."""
-    text = "no test can be affected by this change"
+def nothing_selected(selection: Selection, what: str = "test") -> str:
+    """Why no test (or benchmark: ``what``) runs, in one sentence."""
+    text = f"no {what} can be affected by this change"
     if selection.unchanged_behaviour:
         files = ", ".join(selection.unchanged_behaviour[:5])
         more = " …" if len(selection.unchanged_behaviour) > 5 else ""
