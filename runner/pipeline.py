@@ -52,7 +52,7 @@ from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
-from runner.perf.selection import select_benchmarks
+from runner.perf.selection import select_benchmarks, why_lines
 from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES_DIR,
@@ -357,6 +357,7 @@ class Pipeline:
         if result.selected:
             selection = await asyncio.to_thread(self._select_benchmarks, ws)
             names = selected_benchmarks(selection)
+            result.why = why_lines(selection)
             if names == []:
                 return result  # nothing the change can affect: an empty comparison, said so
         settings = self.config.performance

@@ -147,6 +147,8 @@ async def test_every_pr_compares_only_the_benchmarks_the_change_can_affect(
         assert "benches/test_bench.py::test_slowed" in section  # imports the changed module
         assert "test_other.py" not in section  # imports nothing the change touched
         assert "--affected" in section
+        why = section.split("<summary>Why these benchmarks</summary>", 1)[1].split("</details>", 1)[0]
+        assert why.strip().startswith("- `benches/test_bench.py`: ") and "spin" in why
     finally:
         await bot.stop()
 

@@ -15,13 +15,14 @@ from bot.core.perf import (
     BenchmarkError,
     BenchmarkSamples,
     Comparison,
+    PerformanceResult,
     PerfThresholds,
     Round,
     Side,
     Verdict,
     outcome,
 )
-from bot.render.performance import check_text, duration, performance_section
+from bot.render.performance import check_text, duration, performance_section, result_outcome, result_section
 from runner.perf.stats import compare
 from runner.perf.step import SIDES_DIR, PerfRunError, export_sides
 
@@ -102,6 +103,27 @@ def test_names_and_messages_from_the_run_are_inert():
     assert shown.count("table") == 1
     _, summary = check_text(outcome(comparisons, threshold=0.05, blocking=False), comparisons)
     assert inspect(summary).live == []
+
+
+def test_an_empty_selection_says_why_and_compares_nothing():
+    result = PerformanceResult(
+        trigger="every pull request",
+        threshold=0.03,
+        confidence=0.95,
+        blocking=False,
+        selected=True,
+        why=[
+            "no benchmark can be affected by this change (`pkg/a.py`: only comments, docstrings or formatting changed)",
+            "The benchmarks lie outside the test roots (tests), where coverage maps are recorded.",
+        ],
+    )
+    section = result_section(result)
+    assert section.startswith(
+        "### Performance\n\nNo benchmark to compare: no benchmark can be affected by this change "
+        "(`pkg/a.py`: only comments"
+    )
+    assert "\n- The benchmarks lie outside the test roots" in section
+    assert "| # |" not in section and result_outcome(result).conclusion == "neutral"
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,11 @@ class PerformanceResult(Model):
     error: str | None = Field(None, description="why no comparison came back, in one line")
     rerun: str = Field("", description="the command that repeats the comparison locally")
     selected: bool = Field(False, description="only the benchmarks the change can affect ran")
+    why: list[str] = Field(
+        default_factory=list,
+        max_length=30,
+        description="with `selected`: why these benchmarks (or none) were chosen, a line per file or note",
+    )
 
 
 def perf_trigger(

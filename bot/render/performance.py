@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bot.core.perf import BenchmarkSamples, Comparison, Outcome, PerformanceResult, Verdict, outcome
 from bot.render import markdown as md
+from bot.render.phrases import details
 
 ORDER = [Verdict.REGRESSION, Verdict.ERROR, Verdict.TOO_FEW_ROUNDS, Verdict.IMPROVEMENT, Verdict.WITHIN_NOISE]
 SHOWN = {
@@ -132,7 +133,9 @@ def result_section(result: PerformanceResult) -> str:
     if result.error is not None:
         body = f"### Performance\n\nThe benchmarks could not be compared: {md.prose(result.error)}"
     elif not result.comparisons and result.selected:
-        body = "### Performance\n\nNo benchmark can be affected by this change."
+        why = md.prose(result.why[0][:400]) if result.why else "no benchmark can be affected by this change"
+        body = f"### Performance\n\nNo benchmark to compare: {why}."
+        body += "".join(f"\n- {md.prose(line[:400])}" for line in result.why[1:])
     else:
         body = performance_section(
             result.comparisons,
@@ -141,6 +144,9 @@ def result_section(result: PerformanceResult) -> str:
             confidence=result.confidence,
             rerun=result.rerun or None,
         )
+        if result.selected and result.why:
+            reasons = "\n".join(f"- {md.prose(line[:400])}" for line in result.why)
+            body += "\n\n" + details("Why these benchmarks", reasons)
     notes = [f"Compared because {md.prose(result.trigger)}."]
     notes += [f"⚠️ {md.text(p[:300])}" for p in result.problems[:5]]
     return body + "\n\n" + "\n".join(f"<sub>{n}</sub>" if i == 0 else f"- {n}" for i, n in enumerate(notes))

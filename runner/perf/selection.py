@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from bot.core.config import RepoConfig, TestSettings
 from bot.core.models import Selection
-from runner.selection.pr import MapSource, select_tests
+from runner.selection.pr import MapSource, nothing_selected, select_tests
 
 OUTSIDE_THE_MAP = (
     "The benchmarks lie outside the test roots ({roots}), where coverage maps are recorded: they are "
@@ -55,3 +55,21 @@ def select_benchmarks(
     if not inside and maps is not None:
         selection.notes.append(OUTSIDE_THE_MAP.format(roots=", ".join(config.tests.paths)))
     return selection
+
+
+def why_lines(selection: Selection, limit: int = 20) -> list[str]:
+    """Why the selection took these benchmarks, a line per benchmark file (or why it took none),
+    then its notes; for the summary, where a line per benchmark would drown the table."""
+    if selection.whole_suite:
+        lines = [f"every benchmark: {reason}" for reason in selection.whole_suite_reasons]
+    elif not selection.tests:
+        lines = [nothing_selected(selection, "benchmark")]
+    else:
+        by_file: dict[str, list[str]] = {}
+        for test in selection.tests:
+            reasons = by_file.setdefault(test.nodeid.split("::")[0], [])
+            reasons += [r for r in test.reasons if r not in reasons]
+        lines = [f"`{path}`: {'; '.join(reasons[:3])}" for path, reasons in by_file.items()]
+    if len(lines) > limit:
+        lines = [*lines[: limit - 1], f"… and {len(lines) - limit + 1} more"]
+    return [*lines, *selection.notes][: limit + 5]
