@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runner import gitdiff
 from runner.gitdiff import FileStatus
+from runner.selection.config_files import is_config_file
 
 
 class _Model(BaseModel):
@@ -91,13 +92,14 @@ def source_reader(repo: Path) -> SourceReader:
 
 
 def read_change(repo: Path, base: str, head: str, read: SourceReader) -> ChangeSet:
-    """The files that differ between ``base`` and ``head``, with both texts of each Python file."""
+    """The files that differ between ``base`` and ``head``, with both texts of each Python file
+    (and of each shared configuration file, which is read section by section)."""
     files = gitdiff.changed_files(repo, base, head)
-    py_head = [f.path for f in files if f.path.endswith(".py") and f.status != FileStatus.DELETED]
+    py_head = [f.path for f in files if _text_read(f.path) and f.status != FileStatus.DELETED]
     py_base = [
         f.old_path or f.path
         for f in files
-        if (f.old_path or f.path).endswith(".py") and f.status != FileStatus.ADDED
+        if _text_read(f.old_path or f.path) and f.status != FileStatus.ADDED
     ]
     head_texts = read(head, py_head)
     base_texts = read(base, py_base)
@@ -118,3 +120,7 @@ def read_change(repo: Path, base: str, head: str, read: SourceReader) -> ChangeS
         head_files=gitdiff.list_files(repo, head),
         base_files=gitdiff.list_files(repo, base),
     )
+
+
+def _text_read(path: str) -> bool:
+    return path.endswith(".py") or is_config_file(path)

@@ -19,6 +19,7 @@ from runner.selection.import_graph import (
     python_files,
 )
 from runner.selection.neutral import unchanged_imports
+from runner.selection.pytest_config import PytestLayout
 from runner.selection.universe import Universe
 
 # --- The decision -----------------------------------------------------------------------------------
@@ -33,6 +34,7 @@ class Context:
     universe: Universe
     hits: Hits
     removed: set[str] = field(default_factory=set)  # selected, but not a test at head
+    layout: PytestLayout = field(default_factory=PytestLayout)  # how pytest collects at head
     _unchanged_imports: dict[str, set[str]] = field(default_factory=dict)
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)

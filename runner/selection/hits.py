@@ -70,6 +70,10 @@ class Hits:
         hit.weight += 1
         hit.lines.setdefault(path, set()).add(line)
 
+    def total_weight(self) -> int:
+        """Grows with every hit recorded: a signal that selected anything changed it."""
+        return sum(h.weight for h in self.by_test.values())
+
     def ranked(self) -> list[tuple[str, Hit]]:
         return sorted(self.by_test.items(), key=lambda kv: (kv[1].rank, -kv[1].weight, kv[0]))
 

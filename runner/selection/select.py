@@ -40,11 +40,14 @@ from bot.core.config import TestSettings
 from bot.core.models import Selection
 from runner.selection.by_coverage import coverage_signal
 from runner.selection.change import ChangeSet, FileChange, SourceReader, read_change, source_reader
+from runner.selection.config_files import is_config_file
 from runner.selection.context import Context
 from runner.selection.coverage_map import CoverageMap
 from runner.selection.edited import doctests, edited_tests
 from runner.selection.hits import Hits, Signal, apply_budget
 from runner.selection.neutral import behaviour_neutral
+from runner.selection.pytest_config import pytest_layout
+from runner.selection.quiet import why_no_test
 from runner.selection.static import always_run, data_file, name_match, static_signal
 from runner.selection.triggers import is_doc, whole_suite_reasons
 from runner.selection.universe import Universe, discover_test_files, parse_collect_only, split_nodeid
@@ -117,24 +120,31 @@ def select_for_change(
         return Selection(
             whole_suite=True, whole_suite_reasons=whole, total_tests=total, unchanged_behaviour=neutral
         )
-    test_files = discover_test_files(change.head_files, settings)
 
     def read_at(sha: str) -> Callable[[list[str]], dict[str, str | None]]:
         return lambda paths: read(sha, paths)
 
-    base_tests = discover_test_files(change.base_files, settings)
+    layout = pytest_layout(change.head_files, read_at(change.head))
+    test_files = discover_test_files(change.head_files, settings, layout)
+    base_layout = pytest_layout(change.base_files, read_at(change.base))
+    base_tests = discover_test_files(change.base_files, settings, base_layout)
     at_base = Universe(None, base_tests, change.base_files, read_at(change.base))
     universe = Universe(all_tests, test_files, change.head_files, read_at(change.head), at_base)
     hits = Hits(signals)
-    ctx = Context(change, settings, coverage_map, read, universe, hits)
+    ctx = Context(change, settings, coverage_map, read, universe, hits, layout=layout)
+    quiet: dict[str, str] = {}
     for fc in files:
+        before = hits.total_weight()
         _select_for_file(ctx, fc, test_files)
+        if hits.total_weight() == before:
+            quiet[fc.path] = why_no_test(ctx, fc, test_files)
     always_run(ctx)
     if drift is not None and any(not is_doc(fc.path) for fc in files):
         # Only a change the map is asked about needs the map's blind spots covered.
         _drift(drift, ctx)
     selection = apply_budget(hits, settings, total)
     selection.unchanged_behaviour = neutral
+    selection.no_tests_for = quiet
     gone = ctx.removed - {t.nodeid for t in selection.tests}
     # The tests gone at head that the merge base had: this PR renamed or removed them (the others
     # the base branch removed after the coverage map was recorded).
@@ -145,7 +155,8 @@ def select_for_change(
 def _drift(drift: Drift, pr: Context) -> None:
     """The tests the base branch's own change since the map reaches, labelled as such."""
     ctx = Context(drift.change, pr.settings, drift.cmap, pr.read, pr.universe, pr.hits)
-    test_files = discover_test_files(drift.change.head_files, pr.settings)
+    layout = pytest_layout(drift.change.head_files, lambda paths: pr.read(drift.change.head, paths))
+    test_files = discover_test_files(drift.change.head_files, pr.settings, layout)
     since = (drift.cmap.commit or drift.change.base)[:12]
     neutral = set(neutral_files(drift.change.files))
     try:
@@ -163,8 +174,8 @@ def _drift(drift: Drift, pr: Context) -> None:
 
 def _select_for_file(ctx: Context, fc: FileChange, test_files: set[str]) -> None:
     path = fc.path
-    if is_doc(path):
-        return
+    if is_doc(path) or is_config_file(path):
+        return  # a configuration file that mattered ran the whole suite already
     if PurePosixPath(path).suffix != ".py":
         data_file(ctx, fc)
         return

@@ -7,6 +7,7 @@ from pathlib import PurePosixPath
 
 from bot.core.config import TestSettings
 from runner.selection.change import FileChange
+from runner.selection.config_files import changed_sections, is_config_file
 
 # Sources a coverage tracer cannot see into: a change there may affect any test.
 COMPILED_SUFFIXES = {
@@ -30,11 +31,22 @@ def _glob(path: str, pattern: str) -> bool:
 
 
 def whole_suite_reasons(changes: list[FileChange], settings: TestSettings) -> list[str]:
-    """Why the whole suite must run, one line per file; empty when a targeted run is enough."""
+    """Why the whole suite must run, one line per file; empty when a targeted run is enough.
+
+    A shared configuration file (``pyproject.toml``, ``setup.cfg``, ``tox.ini``) counts only for the
+    sections that reach the tests (:mod:`runner.selection.config_files`).
+    """
     reasons = []
     for change in changes:
         for path in dict.fromkeys([change.path, change.base_path]):
             pattern = next((g for g in settings.whole_suite_globs if _glob(path, g)), None)
+            if pattern is not None and is_config_file(path):
+                sections = changed_sections(path, change.base_text, change.head_text)
+                if sections:
+                    reasons.append(
+                        f"`{path}` changed ({', '.join(sections)}), which decides how every test runs"
+                    )
+                break  # only other tools' sections changed: no test reads them
             if pattern is not None:
                 reasons.append(f"`{path}` changed (matches `{pattern}` in tests.whole_suite_globs)")
                 break

@@ -12,12 +12,12 @@ from runner.selection.import_graph import (
     ModuleInfo,
     SymbolKind,
     analyze_module,
-    is_test_file,
     is_test_symbol,
     line_info,
     module_names,
     python_files,
 )
+from runner.selection.pytest_config import PytestLayout
 
 # --- The test universe ------------------------------------------------------------------------------
 
@@ -203,8 +203,20 @@ def parse_collect_only(output: str) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def discover_test_files(files: Iterable[str], settings: TestSettings) -> set[str]:
-    """Test files under the configured roots (pytest's default name patterns); anywhere if none match."""
+def discover_test_files(
+    files: Iterable[str], settings: TestSettings, layout: PytestLayout | None = None
+) -> set[str]:
+    """The test modules pytest collects among ``files``: under ``tests.paths`` when the config names
+    roots (pytest is then given them), else where the project's own pytest settings look."""
+    layout = layout or PytestLayout()
     candidates = python_files(files)
-    found = {p for p in candidates if is_test_file(p, settings.paths)}
-    return found or {p for p in candidates if is_test_file(p)}
+    if not settings.paths:
+        return {p for p in candidates if layout.collects(p)}
+    patterns = layout.model_copy(update={"testpaths": [], "norecursedirs": []})
+    roots = [r.strip("/") for r in settings.paths]
+    found = {
+        p
+        for p in candidates
+        if patterns.collects(p) and any(r in ("", ".") or p == r or p.startswith(f"{r}/") for r in roots)
+    }
+    return found or {p for p in candidates if patterns.collects(p)}
