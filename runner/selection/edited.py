@@ -19,23 +19,61 @@ from runner.selection.import_graph import (
     line_info,
     symbol_at,
 )
-from runner.selection.neutral import changed_doctests
+from runner.selection.neutral import changed_doctests, doctest_names
 from runner.selection.universe import split_nodeid
 
 
 def doctests(ctx: Context, fc: FileChange) -> None:
-    """A changed doctest selects the doctest items of its file that pytest collected (or the map knows)."""
+    """A changed doctest selects its doctest item: the one pytest collected (or the map knows),
+    else, where the project's pytest options collect doctests, the item pytest will collect."""
     assert fc.base_text is not None and fc.head_text is not None
-    changed = changed_doctests(fc.base_text, fc.head_text)
-    if not changed:
+    at_head = set(doctest_names(fc.head_text))
+    for qual in changed_doctests(fc.base_text, fc.head_text):
+        target = _doctest_target(ctx, fc, qual)
+        items = _doctest_items(ctx, fc, qual) if qual in at_head else []
+        ctx.add_tests(items, Signal.EDITED, f"a doctest of `{target}`, which this PR changes")
+
+
+def own_doctests(ctx: Context, fc: FileChange) -> None:
+    """The doctests of the functions and classes the change touches: they run that code."""
+    if fc.head_text is None or not ctx.layout.collects_doctests(fc.path):
         return
-    known = set(ctx.universe.all_tests or []) | set(ctx.cmap.tests if ctx.cmap is not None else [])
-    items = [n for n in known if split_nodeid(n)[0] in (fc.path, fc.base_path)]
+    with_doctest = set(doctest_names(fc.head_text))
+    if not with_doctest:
+        return
+    info = line_info(fc.head_text)
+    lines = set(diff_lines(fc.base_text, fc.head_text).head_lines) if fc.base_text is not None else set()
+    touched = {
+        qual
+        for qual, first, last in [*info.functions, *info.classes]
+        if qual in with_doctest and (fc.base_text is None or any(first <= n <= last for n in lines))
+    }
+    for qual in sorted(touched):
+        target = _doctest_target(ctx, fc, qual)
+        reason = f"the doctest of `{target}`, whose code this PR changes"
+        ctx.add_tests(_doctest_items(ctx, fc, qual), Signal.STATIC, reason)
+
+
+def _doctest_target(ctx: Context, fc: FileChange, qual: str) -> str:
     module = ctx.module_name(fc.path)
-    for qual in changed:
-        target = f"{module}.{qual}" if qual else module
-        chosen = [n for n in items if split_nodeid(n)[1][-1:] == [target]] or items
-        ctx.add_tests(chosen, Signal.EDITED, f"a doctest of `{target}`, which this PR changes")
+    return f"{module}.{qual}" if qual else module
+
+
+def _doctest_items(ctx: Context, fc: FileChange, qual: str) -> list[str]:
+    """The node ids of ``qual``'s doctest: collected or mapped ones first; else the id pytest gives
+    it (``pkg/ops.py::pkg.ops.scale``) when the project collects doctests; else none."""
+    target = _doctest_target(ctx, fc, qual)
+    known = set(ctx.universe.all_tests or []) | set(ctx.cmap.tests if ctx.cmap is not None else [])
+    items = sorted(n for n in known if split_nodeid(n)[0] in (fc.path, fc.base_path))
+    chosen = [n for n in items if split_nodeid(n)[1][-1:] == [target]]
+    # The module's name as pytest imported it may differ from ours (a rootdir-relative one).
+    if not chosen and qual:
+        chosen = [n for n in items if any(name.endswith(f".{qual}") for name in split_nodeid(n)[1][-1:])]
+    if chosen:
+        return chosen
+    if ctx.layout.collects_doctests(fc.path) and ctx.universe.all_tests is None:
+        return [f"{fc.path}::{target}"]
+    return []
 
 
 # --- Signal: tests the PR edits ----------------------------------------------------------------------

@@ -27,28 +27,43 @@ def behaviour_neutral(base_text: str, head_text: str) -> bool:
     return ast.dump(base) == ast.dump(head)
 
 
+def docstrings_only(base_text: str, head_text: str) -> bool:
+    """Whether only docstrings changed, doctests included: the code is the same, what pytest's
+    doctest items run may not be."""
+    base, head = _tree(base_text, doctests=False), _tree(head_text, doctests=False)
+    return base is not None and head is not None and ast.dump(base) == ast.dump(head)
+
+
+def doctest_names(text: str) -> list[str]:
+    """Qualified names (``Class.method``, ``""`` for the module) whose docstring holds a doctest."""
+    return sorted(_doctests(text))
+
+
 def changed_doctests(base_text: str, head_text: str) -> list[str]:
     """Qualified names (``Class.method``, ``""`` for the module) whose doctest differs."""
     base, head = _doctests(base_text), _doctests(head_text)
     return sorted(q for q in base.keys() | head.keys() if base.get(q) != head.get(q))
 
 
-def _tree(text: str) -> ast.Module | None:
+def _tree(text: str, *, doctests: bool = True) -> ast.Module | None:
+    """The syntax tree without the docstrings no program reads (``doctests``: a doctest is read)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     reads_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
-    _strip(tree, keep=reads_doc)
+    _strip(tree, keep=reads_doc, doctests=doctests)
     for node in ast.walk(tree):
         if isinstance(node, _DEFS):
-            _strip(node, keep=bool(node.decorator_list))
+            _strip(node, keep=bool(node.decorator_list), doctests=doctests)
     return tree
 
 
-def _strip(node: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, *, keep: bool) -> None:
+def _strip(
+    node: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, *, keep: bool, doctests: bool
+) -> None:
     doc = _docstring(node)
-    if doc is not None and not keep and ">>>" not in doc:
+    if doc is not None and not keep and not (doctests and ">>>" in doc):
         node.body = node.body[1:]
 
 

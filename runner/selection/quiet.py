@@ -13,6 +13,7 @@ from runner.selection.change import FileChange
 from runner.selection.config_files import is_config_file
 from runner.selection.context import Context
 from runner.selection.import_graph import is_test_file
+from runner.selection.neutral import docstrings_only
 from runner.selection.triggers import is_doc
 
 
@@ -33,6 +34,11 @@ def why_no_test(ctx: Context, fc: FileChange, test_files: set[str]) -> str:
         return (
             f"named like a test file, but pytest does not collect it: it looks in {ctx.layout.where()} "
             "(set `testpaths` in the pytest configuration, or `tests.paths`, to include it)"
+        )
+    if fc.base_text is not None and fc.head_text is not None and docstrings_only(fc.base_text, fc.head_text):
+        return (
+            "only docstrings changed; pytest does not collect this module's doctests here "
+            "(no `--doctest-modules` in its options)"
         )
     graph = "no test imports what it changes (static import graph), and no test file is named after it"
     if ctx.cmap is not None and ctx.cmap.knows(fc.base_path):

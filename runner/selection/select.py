@@ -38,14 +38,15 @@ import structlog
 
 from bot.core.config import TestSettings
 from bot.core.models import Selection
+from runner.gitdiff import FileStatus
 from runner.selection.by_coverage import coverage_signal
 from runner.selection.change import ChangeSet, FileChange, SourceReader, read_change, source_reader
 from runner.selection.config_files import is_config_file
 from runner.selection.context import Context
 from runner.selection.coverage_map import CoverageMap
-from runner.selection.edited import doctests, edited_tests
+from runner.selection.edited import doctests, edited_tests, own_doctests
 from runner.selection.hits import Hits, Signal, apply_budget
-from runner.selection.neutral import behaviour_neutral
+from runner.selection.neutral import behaviour_neutral, docstrings_only
 from runner.selection.pytest_config import pytest_layout
 from runner.selection.quiet import why_no_test
 from runner.selection.static import always_run, data_file, name_match, static_signal
@@ -174,6 +175,14 @@ def _drift(drift: Drift, pr: Context) -> None:
 
 def _select_for_file(ctx: Context, fc: FileChange, test_files: set[str]) -> None:
     path = fc.path
+    if (
+        PurePosixPath(path).suffix != ".py"
+        and ctx.layout.collects_doctests(path)
+        and fc.status != FileStatus.DELETED
+    ):
+        # A text file pytest collects as a doctest (--doctest-glob): its own item.
+        nodeid = f"{path}::{PurePosixPath(path).name}"
+        ctx.add_tests([nodeid], Signal.EDITED, "a doctest file this PR changes")
     if is_doc(path) or is_config_file(path):
         return  # a configuration file that mattered ran the whole suite already
     if PurePosixPath(path).suffix != ".py":
@@ -183,6 +192,9 @@ def _select_for_file(ctx: Context, fc: FileChange, test_files: set[str]) -> None
         edited_tests(ctx, fc)
     elif fc.base_text is not None and fc.head_text is not None:
         doctests(ctx, fc)
+        if docstrings_only(fc.base_text, fc.head_text):
+            return  # only doctests changed: no code a test runs did
+    own_doctests(ctx, fc)
     known = ctx.cmap is not None and ctx.cmap.knows(fc.base_path) and fc.base_text is not None
     if known:
         coverage_signal(ctx, fc)
