@@ -55,6 +55,7 @@ PROJECT: dict[str, str | bytes | None] = {
         "def test_scale():\n    assert scale(2, 2) == 4\n"
     ),
     "tests/test_other.py": 'from inpkg import shout\n\n\ndef test_shout():\n    assert shout("a") == "A"\n',
+    "tests/test_zero.py": "from inpkg import add\n\n\ndef test_add_zero():\n    assert add(0, 0) == 0\n",
 }
 EVERY_TEST = {
     "inpkg/calc.py::inpkg.calc.add",
@@ -62,6 +63,7 @@ EVERY_TEST = {
     "inpkg/tests/test_calc.py::test_add",
     "inpkg/tests/test_calc.py::test_scale",
     "tests/test_other.py::test_shout",
+    "tests/test_zero.py::test_add_zero",
 }
 
 
@@ -114,9 +116,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 
 def test_the_map_records_everything_pytest_collects_not_only_tests_dir(project: Project) -> None:
-    # pytest collects 5 here (2 doctests, 2 tests inside the package, 1 in tests/); the map once
+    # pytest collects 6 here (2 doctests, 2 tests inside the package, 2 in tests/); the map once
     # recorded tests/ alone and called that complete.
-    assert "5 of 5 collected tests ran" in project.map_output  # type: ignore[attr-defined]
+    assert "6 of 6 collected tests ran" in project.map_output  # type: ignore[attr-defined]
     (stored,) = list(project.maps.glob("*.json.gz"))
     import gzip
 
