@@ -207,3 +207,25 @@ def test_pytest_settings_are_read_where_pytest_reads_them() -> None:
     plain = _layout({"setup.cfg": "[flake8]\nmax-line-length = 100\n"})
     assert plain.source is None and not plain.doctest_modules
     assert plain.collects("anywhere/deep/test_x.py")
+
+
+def test_setup_cfg_counts_for_pytest_and_packaging_sections_only() -> None:
+    from bot.core.config import TestSettings
+    from runner.gitdiff import FileStatus
+    from runner.selection.change import FileChange
+    from runner.selection.triggers import whole_suite_reasons
+
+    base = "[metadata]\nname = x\n\n[flake8]\nmax-line-length = 88\n\n[tool:pytest]\naddopts = -ra\n"
+
+    def reasons(head: str) -> list[str]:
+        change = FileChange(path="setup.cfg", status=FileStatus.MODIFIED, base_text=base, head_text=head)
+        return whole_suite_reasons([change], TestSettings())
+
+    assert reasons(base.replace("88", "100")) == []
+    assert reasons(base.replace("-ra", "-ra -x")) == [
+        "`setup.cfg` changed ([tool:pytest]), which decides how every test runs"
+    ]
+    assert reasons(base + "\n[options]\ninstall_requires = numpy\n") == [
+        "`setup.cfg` changed ([options]), which decides how every test runs"
+    ]
+    assert reasons("[broken") == ["`setup.cfg` changed (the whole file), which decides how every test runs"]
