@@ -345,7 +345,9 @@ def test_dependencies_or_pytest_options_in_pyproject_run_the_whole_suite_and_say
 def test_a_doctest_where_pytest_collects_none_selects_nothing_with_or_without_a_map(
     mini: Mini, tmp_path: Path
 ) -> None:
-    with_doctest = OPS.replace("def halve(x):\n", 'def halve(x):\n    """Half.\n\n    >>> halve(8)\n    4\n    """\n')
+    with_doctest = OPS.replace(
+        "def halve(x):\n", 'def halve(x):\n    """Half.\n\n    >>> halve(8)\n    4\n    """\n'
+    )
     base = mini.branch("trunk-doctest", {"src/mini/ops.py": with_doctest})
     head = mini.branch("pr-doctest", {"src/mini/ops.py": with_doctest.replace("4\n", "5\n")}, base)
     for maps in (mini.maps, tmp_path):
