@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 from bot.core.config import TestSettings
 from runner.selection.change import ChangeSet, FileChange, SourceReader
 from runner.selection.coverage_map import CoverageMap
+from runner.selection.cython_imports import analyze_cython, cython_files
 from runner.selection.hits import Hits, Signal
 from runner.selection.import_graph import (
     ImportGraph,
@@ -41,13 +42,17 @@ class Context:
     _line_info: dict[str, LineInfo] = field(default_factory=dict)
 
     def graph(self, side: str) -> ImportGraph:
-        """The import graph of base or head, built on first use (it reads every Python file)."""
+        """The import graph of base or head, built on first use (it reads every Python file, and
+        the imports of every Cython one)."""
         if side not in self._graphs:
             rev = self.change.head if side == "head" else self.change.base
-            files = python_files(self.change.head_files if side == "head" else self.change.base_files)
+            tracked = self.change.head_files if side == "head" else self.change.base_files
+            files = python_files(tracked)
             texts = self.read(rev, files)
             sources = {p: t for p, t in texts.items() if t is not None}
-            self._graphs[side] = build_graph(sources, test_files=self.universe.test_files)
+            compiled = {p: t for p, t in self.read(rev, cython_files(tracked)).items() if t is not None}
+            extensions = analyze_cython(compiled, files) if compiled else []
+            self._graphs[side] = build_graph(sources, test_files=self.universe.test_files, extra=extensions)
         return self._graphs[side]
 
     def base_line_info(self, path: str) -> LineInfo:
