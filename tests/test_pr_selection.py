@@ -390,10 +390,18 @@ def test_comments_docstrings_and_formatting_select_nothing_and_say_why(mini: Min
     )
 
 
-def test_a_docstring_a_decorator_turns_into_help_text_still_counts(mini: Mini) -> None:
+def test_a_docstring_a_decorator_turns_into_help_text_still_counts(mini: Mini, tmp_path: Path) -> None:
     # ``@functools.lru_cache`` keeps the docstring: a program may read it (click does, as help text).
     head = mini.branch("decorated-doc", {"src/mini/ops.py": OPS.replace("Twice ``x``.", "Two times ``x``.")})
-    assert mini.select(head)["unchanged_behaviour"] == []
+    doc = mini.select(head)
+    assert doc["unchanged_behaviour"] == []
+    # The map has no line for a docstring: with it as without it, the users' tests are selected.
+    done = run_cli(
+        "select-tests", "--repo", str(mini.repo.path), "--base", mini.base, "--head", head, "--json",
+        env={"PARITYBOT_COVERAGE_DIR": str(tmp_path / "none")},
+    )  # fmt: skip
+    without = json.loads(done.stdout)
+    assert set(reasons(doc)) == set(reasons(without)) == {"tests/test_ops.py::test_double"}
 
 
 # --- 9. Precision: what a test module's import runs belongs to that module --------------------------

@@ -34,6 +34,12 @@ def docstrings_only(base_text: str, head_text: str) -> bool:
     return base is not None and head is not None and ast.dump(base) == ast.dump(head)
 
 
+def code_unchanged(base_text: str, head_text: str) -> bool:
+    """Whether the code is the same once every docstring is set aside, those programs read included."""
+    base, head = _tree(base_text, doctests=False, read=False), _tree(head_text, doctests=False, read=False)
+    return base is not None and head is not None and ast.dump(base) == ast.dump(head)
+
+
 def doctest_names(text: str) -> list[str]:
     """Qualified names (``Class.method``, ``""`` for the module) whose docstring holds a doctest."""
     return sorted(_doctests(text))
@@ -45,17 +51,18 @@ def changed_doctests(base_text: str, head_text: str) -> list[str]:
     return sorted(q for q in base.keys() | head.keys() if base.get(q) != head.get(q))
 
 
-def _tree(text: str, *, doctests: bool = True) -> ast.Module | None:
-    """The syntax tree without the docstrings no program reads (``doctests``: a doctest is read)."""
+def _tree(text: str, *, doctests: bool = True, read: bool = True) -> ast.Module | None:
+    """The syntax tree without the docstrings no program reads (``doctests``: a doctest is read;
+    ``read``: a decorated definition's, or the module's where it reads ``__doc__``, is)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     reads_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
-    _strip(tree, keep=reads_doc, doctests=doctests)
+    _strip(tree, keep=read and reads_doc, doctests=doctests)
     for node in ast.walk(tree):
         if isinstance(node, _DEFS):
-            _strip(node, keep=bool(node.decorator_list), doctests=doctests)
+            _strip(node, keep=read and bool(node.decorator_list), doctests=doctests)
     return tree
 
 

@@ -46,7 +46,7 @@ from runner.selection.context import Context
 from runner.selection.coverage_map import CoverageMap
 from runner.selection.edited import doctests, edited_tests, own_doctests
 from runner.selection.hits import Hits, Signal, apply_budget
-from runner.selection.neutral import behaviour_neutral, docstrings_only
+from runner.selection.neutral import behaviour_neutral, code_unchanged, docstrings_only
 from runner.selection.pytest_config import pytest_layout
 from runner.selection.quiet import why_no_test
 from runner.selection.static import always_run, data_file, name_match, static_signal
@@ -194,6 +194,11 @@ def _select_for_file(ctx: Context, fc: FileChange, test_files: set[str]) -> None
         doctests(ctx, fc)
         if docstrings_only(fc.base_text, fc.head_text):
             return  # only doctests changed: no code a test runs did
+        if code_unchanged(fc.base_text, fc.head_text):
+            # A docstring a program reads (help text) changed: the map has no lines for it, so the
+            # tests of its users are found statically, with a map as without one.
+            static_signal(ctx, fc, fallback=False)
+            return
     own_doctests(ctx, fc)
     known = ctx.cmap is not None and ctx.cmap.knows(fc.base_path) and fc.base_text is not None
     if known:
