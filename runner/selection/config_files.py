@@ -27,10 +27,10 @@ _DESCRIPTIVE_PROJECT_KEYS = {
 _PYPROJECT_TOOLS = {
     "pytest", "setuptools", "setuptools_scm", "setuptools-scm", "hatch", "flit", "flit_core",
     "pdm", "poetry", "maturin", "scikit-build", "scikit-build-core", "meson-python", "mesonpy",
-    "py-build-cmake", "uv", "pixi", "coverage", "cython", "versioneer", "pytest-benchmark",
+    "py-build-cmake", "uv", "pixi", "cython", "versioneer", "pytest-benchmark",
 }  # fmt: skip
 # setup.cfg / tox.ini sections that do the same; every other section is another tool's.
-_INI_PREFIXES = ("options", "tool:pytest", "pytest", "coverage:", "build_ext", "build_py", "entry_points")
+_INI_PREFIXES = ("options", "tool:pytest", "pytest", "build_ext", "build_py", "entry_points")
 _DESCRIPTIVE_METADATA_KEYS = {
     "version", "description", "long_description", "long_description_content_type", "author",
     "author_email", "maintainer", "maintainer_email", "url", "project_urls", "keywords",
