@@ -161,6 +161,20 @@ def test_a_doctest_output_change_selects_that_doctest_only(project: Project, wit
 
 
 @pytest.mark.parametrize("with_map", [True, False])
+def test_a_doctest_edited_beside_code_selects_its_doctest_not_the_users_of_its_function(
+    project: Project, with_map: bool
+) -> None:
+    both = CALC.replace(">>> add(1, 2)\n    3", ">>> add(2, 2)\n    4").replace(
+        "return x * k", "return k * x"
+    )
+    doc = project.select(project.branch("doctest-and-code", {"inpkg/calc.py": both}), with_map=with_map)
+    got = selected(doc)
+    assert {"inpkg/calc.py::inpkg.calc.add", "inpkg/calc.py::inpkg.calc.scale"} <= got
+    assert "inpkg/tests/test_calc.py::test_scale" in got
+    assert "tests/test_zero.py::test_add_zero" not in got  # add's code did not change
+
+
+@pytest.mark.parametrize("with_map", [True, False])
 def test_an_empty_selection_names_each_file_and_why(project: Project, with_map: bool) -> None:
     head = project.branch("unused", {"inpkg/unused.py": "def helper():\n    return 2\n"})
     doc = project.select(head, with_map=with_map)

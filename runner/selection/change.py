@@ -55,6 +55,7 @@ class Diff:
     base_lines: list[int] = field(default_factory=list)
     inserted: list[int] = field(default_factory=list)  # head lines of pure insertions
     head_lines: list[int] = field(default_factory=list)  # every head line added or modified
+    neighbours: list[int] = field(default_factory=list)  # head lines around a pure deletion
 
 
 def diff_lines(base_text: str, head_text: str) -> Diff:
@@ -70,7 +71,9 @@ def diff_lines(base_text: str, head_text: str) -> Diff:
             out.inserted.extend(range(j1 + 1, j2 + 1))
         elif tag == "delete":
             # A pure deletion changes the code around the cut: mark its head-side neighbours.
-            out.head_lines.extend(n for n in (j1, j1 + 1) if 1 <= n <= len(head))
+            around = [n for n in (j1, j1 + 1) if 1 <= n <= len(head)]
+            out.head_lines.extend(around)
+            out.neighbours.extend(around)
     return out
 
 

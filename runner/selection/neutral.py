@@ -41,6 +41,25 @@ def code_unchanged(base_text: str, head_text: str) -> bool:
     return base is not None and head is not None and ast.dump(base) == ast.dump(head)
 
 
+def quiet_docstring_lines(text: str) -> set[int]:
+    """Lines of the docstrings :func:`docstrings_only` sets aside: those no program reads, and
+    those holding a doctest."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    reads_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
+    lines: set[int] = set()
+    nodes: list[tuple[ast.AST, bool]] = [(tree, reads_doc)]
+    nodes += [(n, bool(n.decorator_list)) for n in ast.walk(tree) if isinstance(n, _DEFS)]
+    for node, read in nodes:
+        doc = _docstring(node)
+        if doc is not None and (not read or ">>>" in doc):
+            first = node.body[0]  # type: ignore[attr-defined]
+            lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
 def doctest_names(text: str) -> list[str]:
     """Qualified names (``Class.method``, ``""`` for the module) whose docstring holds a doctest."""
     return sorted(_doctests(text))

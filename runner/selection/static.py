@@ -17,6 +17,7 @@ from runner.selection.import_graph import (
     analyze_module,
     symbols_at,
 )
+from runner.selection.neutral import quiet_docstring_lines
 from runner.selection.universe import split_nodeid
 
 # --- Signal: the static import graph ------------------------------------------------------------------
@@ -32,7 +33,10 @@ def static_signal(ctx: Context, fc: FileChange, *, fallback: bool, only: set[str
     base_lines: set[int] = set()
     if fc.base_text is not None and fc.head_text is not None:
         diff = diff_lines(fc.base_text, fc.head_text)
-        head_lines, base_lines = set(diff.head_lines), set(diff.base_lines)
+        # Lines inside a docstring no program reads, or a doctest's (its own item speaks for it),
+        # change no code: the map never sees them either.
+        edited = set(diff.head_lines) - set(diff.neighbours) - quiet_docstring_lines(fc.head_text)
+        head_lines, base_lines = edited | set(diff.neighbours), set(diff.base_lines)
     elif fc.head_text is not None:
         head_lines = set(range(1, fc.head_text.count("\n") + 2))
     elif fc.base_text is not None:
