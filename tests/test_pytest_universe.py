@@ -243,3 +243,26 @@ def test_setup_cfg_counts_for_pytest_and_packaging_sections_only() -> None:
         "`setup.cfg` changed ([options]), which decides how every test runs"
     ]
     assert reasons("[broken") == ["`setup.cfg` changed (the whole file), which decides how every test runs"]
+
+
+def test_the_map_never_collects_paritybots_own_files_where_pytest_would(tmp_path: Path) -> None:
+    # norecursedirs without ".*" and --doctest-modules: pytest run with no arguments would import
+    # every module under the repository, the step's own scratch files included.
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            "pyproject.toml": (
+                '[tool.pytest.ini_options]\naddopts = "--doctest-modules"\nnorecursedirs = ["build"]\n'
+                'pythonpath = ["."]\n'
+            ),
+            "inpkg/__init__.py": "",
+            "inpkg/calc.py": CALC,
+            "tests/test_calc.py": "from inpkg.calc import add\n\n\ndef test_add():\n    assert add(1, 1) == 2\n",
+        }
+    )
+    done = run_cli(
+        "coverage-map", "--repo", str(repo.path), "--rev", base, "--runner", "host",
+        env={"PARITYBOT_COVERAGE_DIR": str(tmp_path / "maps")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "3 of 3 collected tests ran" in done.stdout
