@@ -266,3 +266,19 @@ def test_the_map_never_collects_paritybots_own_files_where_pytest_would(tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout
     assert "3 of 3 collected tests ran" in done.stdout
+    # The whole suite, as a check runs it (a change to pytest's options): the same three tests.
+    head = repo.commit(
+        {"pyproject.toml": (repo.path / "pyproject.toml").read_text() + "xfail_strict = true\n"}
+    )
+    done = run_cli(
+        "check", "--repo", str(repo.path), "--base", base, "--head", head, "--runner", "host", "--json",
+        env={"PARITYBOT_COVERAGE_DIR": str(tmp_path / "maps")}, timeout=300,
+    )  # fmt: skip
+    run = json.loads(done.stdout)
+    assert run["tests"]["selection"]["whole_suite"] is True
+    assert sorted(r["nodeid"] for r in run["tests"]["results"]) == [
+        "inpkg/calc.py::inpkg.calc.add",
+        "inpkg/calc.py::inpkg.calc.scale",
+        "tests/test_calc.py::test_add",
+    ]
+    assert {r["outcome"] for r in run["tests"]["results"]} == {"passed"}
