@@ -31,7 +31,9 @@ PROJECT: dict[str, str | bytes | None] = {
     "pkg/__init__.py": "",
     "pkg/_helpers.py": HELPERS,
     "pkg/other.py": "def unrelated():\n    return 0\n",
-    "pkg/_ext.pyx": EXTENSION,
+    # The extension's code is pasted in from another file, as msgpack's _cmsgpack.pyx does.
+    "pkg/_ext.pyx": 'include "_impl.pyx"\n',
+    "pkg/_impl.pyx": EXTENSION,
     "pkg/_ext.pxd": "from pkg.fmt cimport fmt_value\n",
     "tests/test_ext.py": "from pkg._ext import run\n\n\ndef test_run():\n    assert run(400.0) == 10\n",
     "tests/test_other.py": "from pkg.other import unrelated\n\n\ndef test_unrelated():\n    assert unrelated() == 0\n",

@@ -15,12 +15,13 @@ from pathlib import PurePosixPath
 
 from runner.selection.import_graph import SKIP_DIRS, ModuleInfo, Symbol, SymbolKind, module_names
 
-CYTHON_SUFFIXES = (".pyx", ".pxd")
+CYTHON_SUFFIXES = (".pyx", ".pxd", ".pxi")
 # The name every attribute of an extension resolves to (the graph's rule for lazy attributes).
 EXTENSION_NAMES = "__getattr__"
 
 _FROM = re.compile(r"^from\s+(\.*[\w.]*)\s+c?import\s+(.+)$")
 _IMPORT = re.compile(r"^c?import\s+(.+)$")
+_INCLUDE = re.compile(r"""^include\s+["']([^"']+)["']""")
 
 
 def cython_files(paths: Iterable[str]) -> list[str]:
@@ -37,18 +38,44 @@ def analyze_cython(sources: Mapping[str, str], python_paths: Iterable[str]) -> l
     """One module per extension (a ``.pyx`` with its ``.pxd``, or a ``.pxd`` alone), named as Python
     would import it, with every import as a name its users depend on."""
     names = module_names([*python_paths, *sources])
+    included = {inc for path, text in sources.items() for inc in _includes(path, text)}
     by_module: dict[str, list[str]] = {}
     for path in sorted(sources):
+        if path.endswith(".pxi") or path in included:
+            continue  # text pasted into the module that includes it, not a module of its own
         by_module.setdefault(str(PurePosixPath(path).with_suffix("")), []).append(path)
     modules = []
     for stem, paths in sorted(by_module.items()):
         main = next((p for p in paths if p.endswith(".pyx")), paths[0])
         dotted = names.get(main, [PurePosixPath(stem).name])[0]
         targets: list[str] = []
-        for path in paths:
+        for path in _with_includes(paths, sources):
             targets.extend(cython_imports(sources[path], dotted))
         modules.append(_module(main, dotted, list(dict.fromkeys(targets))))
     return modules
+
+
+def _includes(path: str, text: str) -> list[str]:
+    """The files an ``include "x.pxi"`` line of ``path`` pastes in, relative to its directory."""
+    parent = PurePosixPath(path).parent
+    found = []
+    for line in _logical_lines(text):
+        if m := _INCLUDE.match(line):
+            found.append(str(parent / m.group(1)) if str(parent) != "." else m.group(1))
+    return found
+
+
+def _with_includes(paths: list[str], sources: Mapping[str, str]) -> list[str]:
+    """``paths`` and every file they include, transitively (each once)."""
+    out: list[str] = []
+    queue = list(paths)
+    while queue:
+        path = queue.pop(0)
+        if path in out or path not in sources:
+            continue
+        out.append(path)
+        queue.extend(_includes(path, sources[path]))
+    return out
 
 
 def cython_imports(text: str, module: str) -> list[str]:
