@@ -52,7 +52,7 @@ from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
-from runner.perf.selection import select_benchmarks, why_lines
+from runner.perf.selection import select_benchmarks, where_looked, why_lines
 from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES_DIR,
@@ -380,6 +380,8 @@ class Pipeline:
             *(f"{e.kind} on {e.side.value}: {e.message}" for e in driver.errors),
             *driver.warnings,
         ]
+        if not result.comparisons and not driver.errors:
+            result.problems.append(where_looked(self.config))
         return result
 
     async def _probe(self, ws: Workspace) -> EnvFacts:

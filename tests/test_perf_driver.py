@@ -93,14 +93,30 @@ PYTEST_SUITE = {
 }
 
 
+# An ordinary test whose parametrize argument happens to be named ``benchmark``: not a benchmark.
+NAMED_LIKE_A_BENCHMARK = {
+    "tests/test_cases.py": """
+        import pytest
+
+        @pytest.mark.parametrize("benchmark", ["small", "large"])
+        def test_case(benchmark):
+            assert benchmark in ("small", "large")
+        """,
+}
+
+
 async def test_pytest_benchmarks_are_found_on_both_sides_and_run_in_rounds(tmp_path):
     write_tree(
         tmp_path / "base",
-        PYTEST_SUITE | {"tests/test_old.py": "def test_old(benchmark):\n    benchmark(len, [])\n"},
+        PYTEST_SUITE
+        | NAMED_LIKE_A_BENCHMARK
+        | {"tests/test_old.py": "def test_old(benchmark):\n    benchmark(len, [])\n"},
     )
     write_tree(
         tmp_path / "head",
-        PYTEST_SUITE | {"tests/test_new.py": "def test_new(benchmark):\n    benchmark(len, [])\n"},
+        PYTEST_SUITE
+        | NAMED_LIKE_A_BENCHMARK
+        | {"tests/test_new.py": "def test_new(benchmark):\n    benchmark(len, [])\n"},
     )
 
     report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}]))

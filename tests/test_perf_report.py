@@ -297,6 +297,10 @@ def test_paritybot_perf_affected_compares_nothing_for_a_comment_and_says_why(tmp
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("No benchmark to compare: no benchmark can be affected by this change")
     assert "pkg/a.py: only comments, docstrings or formatting changed" in done.stdout
+    assert (
+        "Looked for tests that take pytest-benchmark's `benchmark` fixture in bench/ (performance.pytest)"
+        in done.stdout
+    )
     assert "| # |" not in done.stdout  # no empty table
 
 
@@ -340,3 +344,29 @@ def test_the_sides_are_the_two_commits_side_by_side(tmp_path):
     export_sides(repo.path, base, head)
     assert (repo.path / SIDES_DIR / "base" / "pkg.py").read_text() == "x = 1\n"
     assert (repo.path / SIDES_DIR / "head" / "pkg.py").read_text() == "x = 2\n"
+
+
+def test_paritybot_perf_that_finds_no_benchmark_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "pkg/__init__.py": "def work():\n    return 1\n",
+            # Parametrized with an argument named like the fixture: an ordinary test, not a benchmark.
+            "tests/test_cases.py": (
+                "import pytest\n\n\n"
+                '@pytest.mark.parametrize("benchmark", ["small", "large"])\n'
+                "def test_case(benchmark):\n    assert benchmark\n"
+            ),
+        }
+    )
+    repo.commit({"pkg/__init__.py": "def work():\n    return 2\n"})
+
+    done = perf_cli(repo.path, base)
+
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stdout
+    assert (
+        "No benchmark found. Looked for tests that take pytest-benchmark's `benchmark` fixture in tests "
+        "(performance.pytest); to look elsewhere, set `performance.pytest` to your benchmarks' paths"
+    ) in done.stdout

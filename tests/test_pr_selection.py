@@ -312,6 +312,54 @@ def test_a_version_bump_on_the_base_branch_leaves_an_older_map_in_use(mini: Mini
     assert set(reasons(doc)) == {"tests/test_ops.py::test_halve", "tests/test_ops.py::test_halve_even"}
 
 
+def test_another_tools_section_of_pyproject_neither_runs_the_suite_nor_retires_the_map(mini: Mini) -> None:
+    ruff = PYPROJECT + "\n[tool.ruff]\nline-length = 100\n\n[tool.typos.default]\nextend-words = {}\n"
+    head = mini.branch("pr-ruff", {"pyproject.toml": ruff})
+    doc = mini.select(head)
+    assert doc["whole_suite"] is False and doc["tests"] == []
+    assert "only settings no test reads changed" in doc["no_tests_for"]["pyproject.toml"]  # type: ignore[index]
+    # On the base branch, before a PR: the map of the commit before it stays in use.
+    later = mini.branch("trunk-ruff", {"pyproject.toml": ruff})
+    head = mini.branch(
+        "pr-after-ruff", {"src/mini/ops.py": OPS.replace("return x // 2", "return int(x / 2)")}, later
+    )
+    doc = mini.select(head, base="trunk-ruff")
+    assert doc["map_use"] == "older"
+    assert set(reasons(doc)) == {"tests/test_ops.py::test_halve", "tests/test_ops.py::test_halve_even"}
+
+
+def test_dependencies_or_pytest_options_in_pyproject_run_the_whole_suite_and_say_which(mini: Mini) -> None:
+    deps = PYPROJECT.replace('version = "0.1"\n', 'version = "0.1"\ndependencies = ["numpy>=2"]\n')
+    doc = mini.select(mini.branch("pr-deps", {"pyproject.toml": deps}))
+    assert doc["whole_suite"] is True
+    assert doc["whole_suite_reasons"] == [
+        "`pyproject.toml` changed ([project] dependencies), which decides how every test runs"
+    ]
+    opts = PYPROJECT + 'addopts = "-x"\n'
+    doc = mini.select(mini.branch("pr-addopts", {"pyproject.toml": opts}))
+    assert doc["whole_suite_reasons"] == [
+        "`pyproject.toml` changed ([tool.pytest]), which decides how every test runs"
+    ]
+
+
+def test_a_doctest_where_pytest_collects_none_selects_nothing_with_or_without_a_map(
+    mini: Mini, tmp_path: Path
+) -> None:
+    with_doctest = OPS.replace(
+        "def halve(x):\n", 'def halve(x):\n    """Half.\n\n    >>> halve(8)\n    4\n    """\n'
+    )
+    base = mini.branch("trunk-doctest", {"src/mini/ops.py": with_doctest})
+    head = mini.branch("pr-doctest", {"src/mini/ops.py": with_doctest.replace("4\n", "5\n")}, base)
+    for maps in (mini.maps, tmp_path):
+        done = run_cli(
+            "select-tests", "--repo", str(mini.repo.path), "--base", base, "--head", head, "--json",
+            env={"PARITYBOT_COVERAGE_DIR": str(maps)},
+        )  # fmt: skip
+        doc = json.loads(done.stdout)
+        assert doc["tests"] == [] and doc["whole_suite"] is False
+        assert "(no `--doctest-modules` in its options)" in doc["no_tests_for"]["src/mini/ops.py"]
+
+
 # --- 5. Changes that cannot change behaviour --------------------------------------------------------
 
 
@@ -342,10 +390,18 @@ def test_comments_docstrings_and_formatting_select_nothing_and_say_why(mini: Min
     )
 
 
-def test_a_docstring_a_decorator_turns_into_help_text_still_counts(mini: Mini) -> None:
+def test_a_docstring_a_decorator_turns_into_help_text_still_counts(mini: Mini, tmp_path: Path) -> None:
     # ``@functools.lru_cache`` keeps the docstring: a program may read it (click does, as help text).
     head = mini.branch("decorated-doc", {"src/mini/ops.py": OPS.replace("Twice ``x``.", "Two times ``x``.")})
-    assert mini.select(head)["unchanged_behaviour"] == []
+    doc = mini.select(head)
+    assert doc["unchanged_behaviour"] == []
+    # The map has no line for a docstring: with it as without it, the users' tests are selected.
+    done = run_cli(
+        "select-tests", "--repo", str(mini.repo.path), "--base", mini.base, "--head", head, "--json",
+        env={"PARITYBOT_COVERAGE_DIR": str(tmp_path / "none")},
+    )  # fmt: skip
+    without = json.loads(done.stdout)
+    assert set(reasons(doc)) == set(reasons(without)) == {"tests/test_ops.py::test_double"}
 
 
 # --- 9. Precision: what a test module's import runs belongs to that module --------------------------

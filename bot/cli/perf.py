@@ -23,7 +23,7 @@ from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
 from runner.git import GitError, export_commit
 from runner.gitdiff import UnsafeFileError
-from runner.perf.selection import select_benchmarks
+from runner.perf.selection import select_benchmarks, where_looked
 from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES,
@@ -93,6 +93,7 @@ async def perf_main(
             print(f"No benchmark to compare: {nothing_selected(selection, 'benchmark')}.")
             for note in selection.notes:
                 print(note)
+            print(where_looked(config))
             return 0
         report, settings = await compare_local(repo, base_sha, head_sha, runner_factory, config, names)
     except (GitError, UnsafeFileError, ConfigError, RunnerError, PerfRunError) as exc:
@@ -116,6 +117,8 @@ async def perf_main(
                 else ["not a pytest benchmark: always run"]
             )
             print(f"- {c.name}: {'; '.join(reasons) or 'selected'}")
+    if not comparisons and not report.errors:
+        print(f"\nNo benchmark found. {where_looked(config)}")
     result = outcome(comparisons, threshold=limits.threshold, blocking=True)
     print(f"\n{result.title}")
     return 1 if any(c.verdict is Verdict.REGRESSION for c in comparisons) else 0

@@ -141,7 +141,10 @@ class ChecksToggle(_Strict):
 
 class TestSettings(_Strict):
     __test__ = False
-    paths: list[str] = Field(default_factory=lambda: ["tests", "test"], description="test roots")
+    paths: list[str] = Field(
+        default_factory=list,
+        description="test roots given to pytest; empty: what pytest collects with no arguments (its testpaths)",
+    )
     always_run: list[str] = Field(default_factory=list, description="node ids or globs always selected")
     whole_suite_globs: list[str] = Field(
         default_factory=lambda: [

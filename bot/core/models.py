@@ -154,6 +154,9 @@ class Selection(Model):
         default_factory=list,
         description="changed files whose change cannot alter behaviour (comments, docstrings, formatting)",
     )
+    no_tests_for: dict[str, str] = Field(
+        default_factory=dict, description="changed file → why it selects no test (a targeted selection)"
+    )
     notes: list[str] = Field(default_factory=list, description="what the reader should know about it")
 
     def signals(self) -> str:

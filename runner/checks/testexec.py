@@ -133,6 +133,7 @@ def tests_step(
         "junit_family=xunit1",
         "--continue-on-collection-errors",
         "--color=no",
+        f"--ignore={SCRATCH_DIR}",  # where the project's settings would collect paritybot's own files
         f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),

@@ -138,7 +138,7 @@ def pytest_runtestloop(session):
         return None
     items = {item.nodeid: item for item in session.items}
     # The driver hears what this side has, then says what to run: the benchmarks both sides have.
-    names = [n for n, i in items.items() if "benchmark" in i.fixturenames]
+    names = [n for n, i in items.items() if _uses_benchmark_fixture(i)]
     # What failed to collect is said too: a benchmark module that does not import on either side
     # would otherwise drop out of the comparison unseen.
     broken = dict(list(_run.collect_errors.items())[:10])
@@ -164,6 +164,17 @@ def pytest_runtestloop(session):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _uses_benchmark_fixture(item):
+    """Whether the test takes the ``benchmark`` fixture; a parametrize argument that happens to be
+    named ``benchmark`` is listed among the fixture names too, and is not one."""
+    if "benchmark" not in getattr(item, "fixturenames", ()):
+        return False
+    callspec = getattr(item, "callspec", None)
+    # pytest < 8 keeps direct parametrize values in ``funcargs``; later versions in ``params``.
+    given = {**getattr(callspec, "funcargs", {}), **getattr(callspec, "params", {})} if callspec else {}
+    return "benchmark" not in given
 
 
 def _not_collected(name, collect_errors):

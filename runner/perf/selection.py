@@ -29,6 +29,21 @@ def benchmark_roots(config: RepoConfig) -> list[str]:
     return given or list(config.tests.paths)
 
 
+def where_looked(config: RepoConfig) -> str:
+    """Where the pytest benchmarks were looked for, and how to point paritybot elsewhere."""
+    given = [a for a in config.performance.pytest or [] if not a.startswith("-")]
+    if given:
+        where = ", ".join(given) + " (performance.pytest)"
+    elif config.tests.paths:
+        where = ", ".join(config.tests.paths) + " (tests.paths)"
+    else:
+        where = "what pytest collects with no arguments (its testpaths)"
+    return (
+        f"Looked for tests that take pytest-benchmark's `benchmark` fixture in {where}; to look elsewhere, "
+        "set `performance.pytest` to your benchmarks' paths (for example `performance: {pytest: [benchmarks/]}`)."
+    )
+
+
 def map_speaks_for(roots: list[str], settings: TestSettings) -> bool:
     """Whether every benchmark root lies inside a test root, where the coverage map was recorded."""
     return all(
@@ -53,7 +68,8 @@ def select_benchmarks(
     inside = map_speaks_for(roots, config.tests)
     selection = select_tests(repo, base, head, benchmark_settings(config), maps if inside else None)
     if not inside and maps is not None:
-        selection.notes.append(OUTSIDE_THE_MAP.format(roots=", ".join(config.tests.paths)))
+        where = ", ".join(config.tests.paths) or "pytest's testpaths"
+        selection.notes.append(OUTSIDE_THE_MAP.format(roots=where))
     return selection
 
 

@@ -285,6 +285,9 @@ def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
     argv = [
         "python", DRIVER_PATH, OUTPUT_PATH, DATA_PATH, paths,
         "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+        # pytest collects where it would with no arguments; never paritybot's own scratch files
+        # (a project's norecursedirs may not skip dot-directories, --doctest-modules imports all).
+        f"--ignore={SCRATCH_DIR}",
     ]  # fmt: skip
     argv += [*settings.pytest_args]
     return Step(

@@ -742,6 +742,8 @@ class ImportGraph:
         """``pkg.ops.scale`` for a symbol, ``pkg.ops`` for the module as a whole or its top-level code."""
         module = self.modules.get(key.path)
         name = module.name if module else key.path
+        if key.name == "__getattr__" and key.path.endswith((".pyx", ".pxd")):
+            return f"{name} (compiled)"
         if key.name in (WHOLE_MODULE, MODULE_BODY):
             return f"{name} (module-level code)" if key.name == MODULE_BODY else name
         return f"{name}.{key.name}"
@@ -751,14 +753,17 @@ def build_graph(
     sources: Mapping[str, str],
     test_roots: Iterable[str] | None = None,
     test_files: Iterable[str] | None = None,
+    extra: Iterable[ModuleInfo] = (),
 ) -> ImportGraph:
-    """The graph of a set of sources (repository-relative path → text); see :class:`ImportGraph`."""
+    """The graph of a set of sources (repository-relative path → text); see :class:`ImportGraph`.
+
+    ``extra``: modules read otherwise (compiled extensions' imports)."""
     names = module_names(sources)
     modules = [
         analyze_module(path, names.get(path, [PurePosixPath(path).stem])[0], text, is_test=_testish(path))
         for path, text in sorted(sources.items())
     ]
-    return ImportGraph(modules, test_roots, test_files)
+    return ImportGraph([*modules, *extra], test_roots, test_files)
 
 
 def _testish(path: str) -> bool:

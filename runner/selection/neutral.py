@@ -27,28 +27,74 @@ def behaviour_neutral(base_text: str, head_text: str) -> bool:
     return ast.dump(base) == ast.dump(head)
 
 
+def docstrings_only(base_text: str, head_text: str) -> bool:
+    """Whether only doctests (and docstrings no program reads) changed: the code is the same, what
+    pytest's doctest items run may not be. A docstring holding a doctest counts as the doctest's,
+    even on a decorated function."""
+    base, head = _tree(base_text, doctests=False), _tree(head_text, doctests=False)
+    return base is not None and head is not None and ast.dump(base) == ast.dump(head)
+
+
+def code_unchanged(base_text: str, head_text: str) -> bool:
+    """Whether the code is the same once every docstring is set aside, those programs read included."""
+    base, head = _tree(base_text, doctests=False, read=False), _tree(head_text, doctests=False, read=False)
+    return base is not None and head is not None and ast.dump(base) == ast.dump(head)
+
+
+def quiet_docstring_lines(text: str) -> set[int]:
+    """Lines of the docstrings :func:`docstrings_only` sets aside: those no program reads, and
+    those holding a doctest."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    reads_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
+    lines: set[int] = set()
+    nodes: list[tuple[ast.AST, bool]] = [(tree, reads_doc)]
+    nodes += [(n, bool(n.decorator_list)) for n in ast.walk(tree) if isinstance(n, _DEFS)]
+    for node, read in nodes:
+        doc = _docstring(node)
+        if doc is not None and (not read or ">>>" in doc):
+            first = node.body[0]  # type: ignore[attr-defined]
+            lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
+def doctest_names(text: str) -> list[str]:
+    """Qualified names (``Class.method``, ``""`` for the module) whose docstring holds a doctest."""
+    return sorted(_doctests(text))
+
+
 def changed_doctests(base_text: str, head_text: str) -> list[str]:
     """Qualified names (``Class.method``, ``""`` for the module) whose doctest differs."""
     base, head = _doctests(base_text), _doctests(head_text)
     return sorted(q for q in base.keys() | head.keys() if base.get(q) != head.get(q))
 
 
-def _tree(text: str) -> ast.Module | None:
+def _tree(text: str, *, doctests: bool = True, read: bool = True) -> ast.Module | None:
+    """The syntax tree without the docstrings no program reads (``doctests``: a doctest is read;
+    ``read``: a decorated definition's, or the module's where it reads ``__doc__``, is)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     reads_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
-    _strip(tree, keep=reads_doc)
+    _strip(tree, keep=read and reads_doc, doctests=doctests)
     for node in ast.walk(tree):
         if isinstance(node, _DEFS):
-            _strip(node, keep=bool(node.decorator_list))
+            _strip(node, keep=read and bool(node.decorator_list), doctests=doctests)
     return tree
 
 
-def _strip(node: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, *, keep: bool) -> None:
+def _strip(
+    node: ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, *, keep: bool, doctests: bool
+) -> None:
     doc = _docstring(node)
-    if doc is not None and not keep and ">>>" not in doc:
+    if doc is None:
+        return
+    # doctests=False: a docstring holding a doctest is the doctest's, set aside even where read.
+    strip = not keep and ">>>" not in doc if doctests else not keep or ">>>" in doc
+    if strip:
         node.body = node.body[1:]
 
 

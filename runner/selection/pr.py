@@ -18,7 +18,6 @@ It is a function of three commits: the coverage map's, the merge base's and the 
 from __future__ import annotations
 
 import difflib
-import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -33,7 +32,6 @@ from runner.selection.coverage_map import CoverageMap
 from runner.selection.select import (
     ChangeSet,
     Drift,
-    FileChange,
     Signal,
     SourceReader,
     neutral_files,
@@ -138,6 +136,11 @@ def nothing_selected(selection: Selection, what: str = "test") -> str:
         files = ", ".join(selection.unchanged_behaviour[:5])
         more = " …" if len(selection.unchanged_behaviour) > 5 else ""
         text += f" ({files}{more}: only comments, docstrings or formatting changed)"
+    why = [f"`{path}`: {reason}" for path, reason in list(selection.no_tests_for.items())[:5]]
+    if len(selection.no_tests_for) > 5:
+        why.append(f"and {len(selection.no_tests_for) - 5} more files")
+    if why:
+        text += ("; " if selection.unchanged_behaviour else ": ") + "; ".join(why)
     return text
 
 
@@ -164,32 +167,11 @@ def nearest_map(repo: Path, commit: str, maps: MapSource) -> tuple[CoverageMap |
 def _distrust(since: ChangeSet, settings: TestSettings, read: SourceReader) -> str | None:
     """Why a map cannot describe the merge base, given what changed since its commit."""
     neutral = set(neutral_files(since.files))
-    files = [
-        fc
-        for fc in since.files
-        if fc.path not in neutral and not fc.path.startswith(_CI_DIRS) and not _version_bump(fc, since, read)
-    ]
+    files = [fc for fc in since.files if fc.path not in neutral and not fc.path.startswith(_CI_DIRS)]
     reasons = whole_suite_reasons(files, settings)
     if not reasons:
         return None
     return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
-
-
-def _version_bump(fc: FileChange, since: ChangeSet, read: SourceReader) -> bool:
-    """A ``pyproject.toml`` whose only change is the project's version: it changes no test's run."""
-    if PurePosixPath(fc.path).name != "pyproject.toml" or fc.base_path != fc.path:
-        return False
-    texts = [read(rev, [fc.path]).get(fc.path) for rev in (since.base, since.head)]
-    try:
-        docs = [tomllib.loads(t) for t in texts if t is not None]
-    except tomllib.TOMLDecodeError:
-        return False
-    if len(docs) != 2:
-        return False
-    for doc in docs:
-        if isinstance(doc.get("project"), dict):
-            doc["project"].pop("version", None)
-    return docs[0] == docs[1]
 
 
 def _distance(repo: Path, older: str, newer: str) -> str:
