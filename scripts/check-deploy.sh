@@ -38,12 +38,15 @@ SECRET="check-$(openssl rand -hex 16)"
 WAIT_S=90
 PRIVATE_ENGINE=0
 LOCAL_BASE=0
-for arg in "$@"; do
-    case "$arg" in
+UPGRADE_FROM=""
+while [ $# -gt 0 ]; do
+    case "$1" in
     --private-engine) PRIVATE_ENGINE=1 ;;
     --local-base) LOCAL_BASE=1 ;;
-    *) echo "usage: $0 [--local-base] [--private-engine]" >&2; exit 2 ;;
+    --upgrade-from) UPGRADE_FROM="${2:?--upgrade-from needs a release, e.g. 0.2.0}"; shift ;;
+    *) echo "usage: $0 [--local-base] [--private-engine] [--upgrade-from RELEASE]" >&2; exit 2 ;;
     esac
+    shift
 done
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/paritybot-check.XXXXXX")"
@@ -79,6 +82,10 @@ cleanup() {
     fi
     if [ "${#COMPOSE[@]}" -gt 0 ]; then
         "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+    fi
+    if [ -n "${SITE:-}" ] && [ -d "$SITE/deploy" ]; then
+        (cd "$SITE/deploy" && "${COMPOSE_TOOL[@]}" down -v --remove-orphans >/dev/null 2>&1) || true
+        docker image rm "paritybot:$UPGRADE_FROM" "paritybot:${NEW_VERSION:-none}" "paritybot-check-old:$$" >/dev/null 2>&1 || true
     fi
     rm -rf "$WORK"
     if [ "$STARTED_ENGINE" -eq 1 ]; then
@@ -199,7 +206,8 @@ wait_healthz() { # URL CONTAINER
     local deadline=$(($(date +%s) + WAIT_S)) body
     while [ "$(date +%s)" -lt "$deadline" ]; do
         if body="$(curl -fsS --max-time 2 "$1/healthz" 2>/dev/null)"; then
-            [ "${body// /}" = '{"status":"ok"}' ] || fail "/healthz answered $body"
+            [[ "${body// /}" == '{"status":"ok"'* ]] || fail "/healthz answered $body"
+            HEALTHZ="$body"
             return 0
         fi
         [ "$(docker inspect --format '{{.State.Running}}' "$2")" = true ] ||
@@ -221,7 +229,7 @@ wait_healthy() { # CONTAINER
 }
 
 wait_healthz "$base" "$NAME"
-record PASS "/healthz 200 {\"status\": \"ok\"} on 127.0.0.1:$port ($(seconds_since "$t0") after start)"
+record PASS "/healthz 200 $HEALTHZ on 127.0.0.1:$port ($(seconds_since "$t0") after start)"
 wait_healthy "$NAME"
 record PASS "HEALTHCHECK healthy ($(seconds_since "$t0") after start, interval 2s)"
 
@@ -486,3 +494,108 @@ t0=$(now_ms)
 "${COMPOSE[@]}" down -v --remove-orphans >"$WORK/down.log" 2>&1 || fail "compose down" "$(cat "$WORK/down.log")"
 COMPOSE=()
 record PASS "compose down -v ($(seconds_since "$t0"))"
+
+# --- upgrade from an earlier release, and back (deploy/README.md, step 8) ------------------------
+# That release's own deployment: its commit (CHANGELOG.md) checked out as an operator's clone, its
+# image built with the build arguments above, its guide's deploy/.env with this run's values, its
+# compose file up. Then step 8's blocks of this guide, run as written (`docker compose` is
+# docker-compose where only that is installed; `sudo` is nothing for root; /etc/paritybot is a
+# directory of this run): the upgrade to this checkout's HEAD, then the way back.
+[ -n "$UPGRADE_FROM" ] || exit 0
+OLD_COMMIT="$(grep -E "^\[${UPGRADE_FROM//./\\.}\]: " "$ROOT/CHANGELOG.md" | grep -oE '[0-9a-f]{40}' | head -n1)" ||
+    fail "--upgrade-from $UPGRADE_FROM: no such release in CHANGELOG.md"
+NEW_VERSION="$(sed -n 's/^VERSION = "\([^"]*\)"$/\1/p' "$ROOT/bot/core/release.py")"
+NEW_COMMIT="$(git -C "$ROOT" rev-parse HEAD)"
+[ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no)" ] ||
+    say "the upgrade goes to HEAD ($NEW_COMMIT); uncommitted changes are not in it"
+SITE="$WORK/site"
+git clone -q "$ROOT" "$SITE" && git -C "$SITE" checkout -q "$OLD_COMMIT"
+ETC="$WORK/etc"
+mkdir -p "$ETC" && cp "$WORK/app-key.pem" "$ETC/private-key.pem" && cp "$WORK/webhook-secret" "$ETC/webhook-secret"
+
+guide_block() { # FILE NAME -> the sh block marked <!-- step8: NAME --> (or, for the old .env, after its heading)
+    awk -v mark="<!-- step8: $2 -->" '$0 == mark {on = 1; next} on && /^```sh$/ {inside = 1; next}
+        inside && /^```$/ {exit} inside {print}' "$1"
+}
+run_guide() { # DIR TEXT [VAR=VALUE...] -> runs TEXT with bash -e in DIR, with only the guide's variables
+    local dir="$1" text="$2"
+    shift 2
+    local prelude='docker() { if [ "$1" = compose ] && ! command docker compose version >/dev/null 2>&1; then shift; docker-compose "$@"; else command docker "$@"; fi; }
+sudo() { "$@"; }
+'
+    (cd "$dir" && env -i PATH="$PATH" HOME="$HOME" DOCKER_HOST="${DOCKER_HOST:-}" "$@" \
+        bash -e -c "$prelude${text//\/etc\/paritybot\//$ETC/}") >>"$WORK/upgrade.log" 2>&1 ||
+        fail "step 8 as written: $(printf '%s' "$text" | head -n1)…" "$(cat "$WORK/upgrade.log")"
+}
+GUIDE_VARS=(OLD="$UPGRADE_FROM" NEW="$NEW_VERSION" NEW_COMMIT="$NEW_COMMIT" VOLUME="${PROJECT}-site_paritybot-data"
+    BACKUP="$WORK/backups/before-$NEW_VERSION" BASE_IMAGE="$BASE_IMAGE" PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
+    EXTRA_CA_CERTS="$( [ "${#cas[@]}" -gt 0 ] && cat "${cas[@]}")")
+run_guide_block() { # NAME [DIR]
+    run_guide "${2:-$SITE/deploy}" "$(guide_block "$ROOT/deploy/README.md" "$1")" "${GUIDE_VARS[@]}"
+}
+
+# The old release: its image, its guide's .env (step 4 there) with this run's values, compose up.
+t0=$(now_ms)
+docker build "${build_args[@]}" -t "paritybot-check-old:$$" "$SITE" >"$WORK/old-build.log" 2>&1 ||
+    fail "docker build of $UPGRADE_FROM ($OLD_COMMIT)" "$(cat "$WORK/old-build.log")"
+awk '/^Create `deploy\/.env`/ {on = 1} on && /^```sh$/ {inside = 1; next} inside && /^```$/ {exit} inside {print}' \
+    "$SITE/deploy/README.md" >"$SITE/deploy/.env"
+set_env() { # KEY VALUE: in the old .env, where its guide has the key (or adds it)
+    sed -i "/^$1=/d" "$SITE/deploy/.env" && printf '%s=%s\n' "$1" "$2" >>"$SITE/deploy/.env"
+}
+grep -q '^PARITYBOT_WEBHOOK_SECRET=' "$SITE/deploy/.env" && set_env PARITYBOT_WEBHOOK_SECRET "$SECRET"
+grep -q '^PARITYBOT_WEBHOOK_SECRET_FILE=' "$SITE/deploy/.env" && set_env PARITYBOT_WEBHOOK_SECRET_FILE "$ETC/webhook-secret"
+set_env PARITYBOT_APP_ID 12345
+set_env PARITYBOT_PRIVATE_KEY_FILE "$ETC/private-key.pem"
+set_env DOCKER_GID "$DOCKER_GID"
+set_env DOCKER_SOCKET "$DOCKER_SOCKET"
+set_env COMPOSE_PROJECT_NAME "${PROJECT}-site"
+set_env PARITYBOT_IMAGE "paritybot-check-old:$$"
+set_env PARITYBOT_GITHUB_API_URL http://127.0.0.1:9
+set_env PARITYBOT_PUBLISH_PORT ""
+set_env PARITYBOT_HEALTH_INTERVAL 2s
+set_env BASE_IMAGE "$BASE_IMAGE"
+run_guide "$SITE/deploy" 'docker compose up -d'
+site_port() { (cd "$SITE/deploy" && env -i PATH="$PATH" DOCKER_HOST="${DOCKER_HOST:-}" "${COMPOSE_TOOL[@]}" port paritybot 8080 | cut -d: -f2); }
+site_cid() { (cd "$SITE/deploy" && env -i PATH="$PATH" DOCKER_HOST="${DOCKER_HOST:-}" "${COMPOSE_TOOL[@]}" ps -q paritybot); }
+old_cid="$(site_cid)"
+wait_healthz "http://127.0.0.1:$(site_port)" "$old_cid"
+wait_healthy "$old_cid"
+kept="$(send_delivery "http://127.0.0.1:$(site_port)" "$old_cid")"
+record PASS "$UPGRADE_FROM (${OLD_COMMIT:0:7}) with its own guide's .env and compose file: healthy, a delivery in ($(seconds_since "$t0"))"
+
+# Step 8 of this guide, as written.
+t0=$(now_ms)
+run_guide_block prepare "$SITE"
+run_guide_block stop
+run_guide_block backup-sqlite
+if [ "$(printf '%s\n' "$UPGRADE_FROM" "0.2.0" | sort -V | head -n1)" != "0.2.0" ]; then
+    # The upgrade notes of 0.2.0 (CHANGELOG.md): the webhook secret moves to a file.
+    notes="$(awk '/^## \[0\.2\.0\]/ {on = 1} on && /^  ```sh$/ {inside = 1; next} inside && /^  ```$/ {exit} inside {print substr($0, 3)}' "$ROOT/CHANGELOG.md")"
+    run_guide "$SITE/deploy" "$notes"
+fi
+run_guide_block start
+new_cid="$(site_cid)"
+wait_healthz "http://127.0.0.1:$(site_port)" "$new_cid"
+wait_healthy "$new_cid"
+[[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "after the upgrade /healthz answered $HEALTHZ, not version $NEW_VERSION"
+[ "$(stored "$new_cid" "$kept")" = 1 ] || fail "the upgraded service lost the delivery"
+docker logs "$new_cid" 2>&1 | grep -q "\"version\": \"$NEW_VERSION\"" || fail "no starting line with the version" "$(docker logs "$new_cid" 2>&1)"
+record PASS "upgrade $UPGRADE_FROM → $NEW_VERSION as step 8 writes it: /healthz $HEALTHZ, the delivery kept ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+after="$(send_delivery "http://127.0.0.1:$(site_port)" "$new_cid")"
+run_guide "$SITE/deploy" "$(guide_block "$ROOT/deploy/README.md" rollback-check)
+echo \"RESTORE=\$RESTORE\" > \"\$BACKUP/restore\"" "${GUIDE_VARS[@]}"
+restore="$(cat "$WORK/backups/before-$NEW_VERSION/restore")"
+[ "$restore" = RESTORE=yes ] && run_guide_block restore-sqlite
+run_guide_block rollback-start
+back_cid="$(site_cid)"
+[ "$(docker inspect --format '{{.Config.Image}}' "$back_cid")" = "paritybot:$UPGRADE_FROM" ] || fail "the rollback does not run paritybot:$UPGRADE_FROM"
+wait_healthz "http://127.0.0.1:$(site_port)" "$back_cid"
+wait_healthy "$back_cid"
+[ "$(stored "$back_cid" "$kept")" = 1 ] || fail "after the rollback the delivery from before the upgrade is gone"
+expect_after=1
+[ "$restore" = RESTORE=yes ] && expect_after=0
+[ "$(stored "$back_cid" "$after")" = "$expect_after" ] || fail "after the rollback: the delivery received by $NEW_VERSION is $(stored "$back_cid" "$after"), not $expect_after"
+record PASS "rollback to $UPGRADE_FROM as step 8 writes it ($restore): healthy, its data back ($(seconds_since "$t0"))"
