@@ -562,7 +562,27 @@ old_cid="$(site_cid)"
 wait_healthz "http://127.0.0.1:$(site_port)" "$old_cid"
 wait_healthy "$old_cid"
 kept="$(send_delivery "http://127.0.0.1:$(site_port)" "$old_cid")"
-record PASS "$UPGRADE_FROM (${OLD_COMMIT:0:7}) with its own guide's .env and compose file: healthy, a delivery in ($(seconds_since "$t0"))"
+# A run in flight when the upgrade stops the service: a job the old release's store holds as
+# running, its request made by that release's own model (no GitHub here, so no runner is
+# actually at work on it; what the upgrade must do with it is the same).
+in_flight="$(docker exec "$old_cid" python3 -c '
+import sqlite3, uuid
+try:
+    from bot.core.models import RunRequest
+except ImportError:
+    from bot.models import RunRequest
+request = RunRequest(installation_id=1, repo="acme/widgets", clone_url="https://github.com/acme/widgets.git",
+                     pr_number=7, head_sha="a" * 40)
+db = sqlite3.connect("/var/lib/paritybot/paritybot.db", isolation_level=None)
+job = uuid.uuid4().hex
+db.execute(
+    "INSERT INTO jobs (id, seq, queue, repo, pr_number, head_sha, environment, request, dedupe_key, state,"
+    " attempts, created_at, started_at) SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, 1,"
+    " ?, ? FROM jobs",
+    (job, "default", request.repo, request.pr_number, request.head_sha, "default", request.model_dump_json(),
+     "check-deploy-in-flight", "running", "2026-12-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00"))
+print(job)' 2>&1)" || fail "a run in flight in $UPGRADE_FROM's store" "$in_flight"
+record PASS "$UPGRADE_FROM (${OLD_COMMIT:0:7}) with its own guide's .env and compose file: healthy, a delivery in, a run in flight ($(seconds_since "$t0"))"
 
 # Step 8 of this guide, as written.
 t0=$(now_ms)
@@ -581,7 +601,9 @@ wait_healthy "$new_cid"
 [[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "after the upgrade /healthz answered $HEALTHZ, not version $NEW_VERSION"
 [ "$(stored "$new_cid" "$kept")" = 1 ] || fail "the upgraded service lost the delivery"
 docker logs "$new_cid" 2>&1 | grep -q "\"version\": \"$NEW_VERSION\"" || fail "no starting line with the version" "$(docker logs "$new_cid" 2>&1)"
-record PASS "upgrade $UPGRADE_FROM → $NEW_VERSION as step 8 writes it: /healthz $HEALTHZ, the delivery kept ($(seconds_since "$t0"))"
+recovered="$(docker logs "$new_cid" 2>&1 | grep -m1 '"interrupted runs recovered"' || true)"
+[[ "$recovered" == *'"requeued": 1'* ]] || fail "the run in flight was not queued again" "$(docker logs "$new_cid" 2>&1)"
+record PASS "upgrade $UPGRADE_FROM → $NEW_VERSION as step 8 writes it: /healthz $HEALTHZ, the delivery kept, the run in flight queued again ($(seconds_since "$t0"))"
 
 t0=$(now_ms)
 after="$(send_delivery "http://127.0.0.1:$(site_port)" "$new_cid")"
