@@ -74,7 +74,7 @@ print_summary() {
 
 cleanup() {
     local rc=$?
-    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" >/dev/null 2>&1 || true
+    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" "$NAME-up-serve" "$NAME-up-agent" >/dev/null 2>&1 || true
     docker image rm "$IMAGE-new" >/dev/null 2>&1 || true
     if [ -n "$PG_DIR" ]; then
         PARITYBOT_PG_DIR="$PG_DIR" "$ROOT/scripts/postgres.sh" stop >/dev/null 2>&1 || true
@@ -306,6 +306,34 @@ docker rm "$NAME" >/dev/null
 # owner migrates, postgres/init-roles.sh gives the agents their login, serve and an agent connect
 # with password files, and `paritybot status` shows the agent. Host networking: the cluster
 # listens on this machine's loopback.
+start_serve() { # NAME IMAGE -> prints its port; serve on the private PostgreSQL as its owner
+    local port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    docker run -d --name "$1" --init "${OWNER_ARGS[@]}" \
+        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
+        --security-opt no-new-privileges \
+        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
+        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
+        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$port" -e PARITYBOT_HOST=127.0.0.1 \
+        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
+        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
+        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$2" serve >/dev/null
+    echo "$port"
+}
+
+wait_agent_listed() { # SERVE AGENT -> AGENT_STATUS: `paritybot status` once it lists check-agent
+    local deadline=$(($(date +%s) + WAIT_S)) status=""
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        status="$(docker exec "$1" paritybot status 2>&1 || true)"
+        [[ "$status" == *check-agent* ]] && break
+        [ "$(docker inspect --format '{{.State.Running}}' "$2")" = true ] ||
+            fail "many hosts: the agent $2 exited" "$(docker logs "$2" 2>&1)"
+        sleep 1
+    done
+    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    AGENT_STATUS="$status"
+}
+
 many_hosts() {
     local pg_dir port sock owner_url agent_url serve_port gid status
     pg_dir="$(mktemp -d /tmp/paritybot-check-pg.XXXXXX)"
@@ -332,23 +360,15 @@ SQL
         fail "many hosts: deploy/postgres/init-roles.sh" "$(cat "$WORK/pg.log")"
     owner_url="postgresql://paritybot@127.0.0.1:$port/paritybot"
     agent_url="postgresql://paritybot_agent@127.0.0.1:$port/paritybot"
-    local owner=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
+    OWNER_ARGS=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
         -e "PARITYBOT_DATABASE_URL=$owner_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_owner_password)
+    local owner=("${OWNER_ARGS[@]}")
 
     local migrated
     migrated="$(docker run --rm "${owner[@]}" "$IMAGE" db upgrade 2>&1)" || fail "many hosts: db upgrade" "$migrated"
     record PASS "many hosts: db upgrade as the owner, password from a file: $(printf '%s' "$migrated" | tail -n1)"
 
-    serve_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    docker run -d --name "$NAME-serve" --init "${owner[@]}" \
-        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
-        --security-opt no-new-privileges \
-        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
-        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
-        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$serve_port" -e PARITYBOT_HOST=127.0.0.1 \
-        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
-        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
-        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$IMAGE" serve >/dev/null
+    serve_port="$(start_serve "$NAME-serve" "$IMAGE")"
     wait_healthz "http://127.0.0.1:$serve_port" "$NAME-serve"
     base="http://127.0.0.1:$serve_port"
     answer="$(post_ping "$sig")"
@@ -356,10 +376,11 @@ SQL
     record PASS "many hosts: serve on PostgreSQL as the owner, no engine socket: /healthz 200, signed ping 200"
 
     gid="$(stat -c %g "${DOCKER_SOCKET_PATH}")"
-    local agent=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
+    AGENT_ARGS=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
         -v "$WORK/secrets/paritybot_db_agent_password:/run/secrets/paritybot_db_agent_password:ro"
         -v "${DOCKER_SOCKET_PATH}:/var/run/docker.sock" --group-add "$gid"
         -e "PARITYBOT_DATABASE_URL=$agent_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_agent_password)
+    local agent=("${AGENT_ARGS[@]}")
     set +e
     refusal="$(docker run --rm "${agent[@]}" -v "$WORK/app-key.pem:/k.pem:ro" -e PARITYBOT_PRIVATE_KEY_PATH=/k.pem \
         "$IMAGE" agent --labels check --name check-agent 2>&1)"
@@ -369,16 +390,8 @@ SQL
         fail "many hosts: an agent given the App's key: exit $rc" "$refusal"
     record PASS "many hosts: an agent given the App's key: exit 2, one line: $refusal"
     docker run -d --name "$NAME-agent" "${agent[@]}" "$IMAGE" agent --labels check --name check-agent >/dev/null
-    local deadline=$(($(date +%s) + WAIT_S))
-    status=""
-    while [ "$(date +%s)" -lt "$deadline" ]; do
-        status="$(docker exec "$NAME-serve" paritybot status 2>&1 || true)"
-        [[ "$status" == *check-agent* ]] && break
-        [ "$(docker inspect --format '{{.State.Running}}' "$NAME-agent")" = true ] ||
-            fail "many hosts: the agent exited" "$(docker logs "$NAME-agent" 2>&1)"
-        sleep 1
-    done
-    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    wait_agent_listed "$NAME-serve" "$NAME-agent"
+    status="$AGENT_STATUS"
     record PASS "many hosts: agent as paritybot_agent, registered; paritybot status: $(printf '%s' "$status" | grep -m1 check-agent | tr -s ' ')"
     docker stop -t 20 "$NAME-agent" >/dev/null
     code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-agent")"
@@ -600,7 +613,7 @@ wait_healthz "http://127.0.0.1:$(site_port)" "$new_cid"
 wait_healthy "$new_cid"
 [[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "after the upgrade /healthz answered $HEALTHZ, not version $NEW_VERSION"
 [ "$(stored "$new_cid" "$kept")" = 1 ] || fail "the upgraded service lost the delivery"
-docker logs "$new_cid" 2>&1 | grep -q "\"version\": \"$NEW_VERSION\"" || fail "no starting line with the version" "$(docker logs "$new_cid" 2>&1)"
+[[ "$(docker logs "$new_cid" 2>&1)" == *"\"version\": \"$NEW_VERSION\""* ]] || fail "no starting line with the version" "$(docker logs "$new_cid" 2>&1)"
 recovered="$(docker logs "$new_cid" 2>&1 | grep -m1 '"interrupted runs recovered"' || true)"
 [[ "$recovered" == *'"requeued": 1'* ]] || fail "the run in flight was not queued again" "$(docker logs "$new_cid" 2>&1)"
 record PASS "upgrade $UPGRADE_FROM → $NEW_VERSION as step 8 writes it: /healthz $HEALTHZ, the delivery kept, the run in flight queued again ($(seconds_since "$t0"))"
@@ -621,3 +634,60 @@ expect_after=1
 [ "$restore" = RESTORE=yes ] && expect_after=0
 [ "$(stored "$back_cid" "$after")" = "$expect_after" ] || fail "after the rollback: the delivery received by $NEW_VERSION is $(stored "$back_cid" "$after"), not $expect_after"
 record PASS "rollback to $UPGRADE_FROM as step 8 writes it ($restore): healthy, its data back ($(seconds_since "$t0"))"
+
+# --- many hosts: the same upgrade and way back on PostgreSQL ------------------------------------------
+# On the private cluster of the many-hosts checks, with `docker run` for the roles (the compose
+# file's `postgres` image needs a registry): the old release's migration, serve and agent; the
+# guide's order (agents first, then serve), its pg_dump block for a PostgreSQL of one's own (`PG=`
+# empty, libpq's variables set), the new release's migration, serve and agent; then its way back.
+[ -n "$PG_DIR" ] && [ -n "${OWNER_ARGS+x}" ] || { record SKIP "many hosts upgrade: no PostgreSQL above"; exit 0; }
+old_image="paritybot-check-old:$$"
+docker run --rm "$old_image" agent --help >/dev/null 2>&1 ||
+    { record SKIP "many hosts upgrade: $UPGRADE_FROM has no \`paritybot agent\`"; exit 0; }
+pg_port="$(cat "$PG_DIR/port")"
+libpq=(PGHOST="$PG_DIR/sock" PGPORT="$pg_port" PGUSER=postgres)
+docker rm -f "$NAME-serve" >/dev/null 2>&1 || true
+env "${libpq[@]}" dropdb --force paritybot && env "${libpq[@]}" createdb --owner=paritybot paritybot ||
+    fail "many hosts upgrade: a new database paritybot"
+own_pg() { # BLOCK -> the block as the guide has it for a PostgreSQL of one's own
+    guide_block "$ROOT/deploy/README.md" "$1" | sed 's/^PG=.*$/PG=/'
+}
+t0=$(now_ms)
+migrated="$(docker run --rm "${OWNER_ARGS[@]}" "$old_image" db upgrade 2>&1)" || fail "many hosts: $UPGRADE_FROM's db upgrade" "$migrated"
+port="$(start_serve "$NAME-up-serve" "$old_image")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "$old_image" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+record PASS "many hosts: $UPGRADE_FROM's migration, serve and agent on PostgreSQL ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+docker stop -t 20 "$NAME-up-agent" >/dev/null && docker stop -t 20 "$NAME-up-serve" >/dev/null
+docker rm "$NAME-up-agent" "$NAME-up-serve" >/dev/null
+run_guide "$WORK" "$(own_pg backup-postgres)" "${GUIDE_VARS[@]}" "${libpq[@]}"
+migrated="$(docker run --rm "${OWNER_ARGS[@]}" "paritybot:$NEW_VERSION" db upgrade 2>&1)" ||
+    fail "many hosts: $NEW_VERSION's db upgrade" "$migrated"
+port="$(start_serve "$NAME-up-serve" "paritybot:$NEW_VERSION")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+[[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "many hosts: after the upgrade /healthz answered $HEALTHZ"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "paritybot:$NEW_VERSION" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+[[ "$(docker logs "$NAME-up-agent" 2>&1)" == *"\"version\": \"$NEW_VERSION\""* ]] || fail "many hosts: the agent's log names no version"
+record PASS "many hosts: upgrade $UPGRADE_FROM → $NEW_VERSION (agents stopped first, pg_dump as the guide writes it, db upgrade, serve, agent): $(printf '%s' "$migrated" | tail -n1) ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+docker stop -t 20 "$NAME-up-agent" >/dev/null && docker stop -t 20 "$NAME-up-serve" >/dev/null
+docker rm "$NAME-up-agent" "$NAME-up-serve" >/dev/null
+set +e
+verdict="$(docker run --rm "${OWNER_ARGS[@]}" "paritybot:$NEW_VERSION" db status --release "$UPGRADE_FROM" 2>&1)"
+rc=$?
+set -e
+case "$rc" in
+0) restore=RESTORE=no ;;
+1) restore=RESTORE=yes && run_guide "$WORK" "$(own_pg restore-postgres)" "${GUIDE_VARS[@]}" "${libpq[@]}" ;;
+*) fail "many hosts: db status --release $UPGRADE_FROM: exit $rc" "$verdict" ;;
+esac
+port="$(start_serve "$NAME-up-serve" "$old_image")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "$old_image" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+record PASS "many hosts: rollback to $UPGRADE_FROM ($restore: $(printf '%s' "$verdict" | tail -n1)): serve and agent again ($(seconds_since "$t0"))"
