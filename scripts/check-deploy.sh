@@ -6,6 +6,7 @@
 #   scripts/check-deploy.sh --local-base       # no registry: the base from scripts/build-base-image.sh
 #   scripts/check-deploy.sh --private-engine   # use scripts/docker-engine.sh's engine, starting it
 #                                              # if needed (and stopping it at the end if this did)
+#   scripts/check-deploy.sh --upgrade-from 0.1.0   # then deploy/README.md step 8 from that release
 #
 # The commands are those deploy/README.md shows. Checks, in order: the image builds; it runs as a
 # non-root user and has git; `serve` without a webhook secret exits 2 with one line; `db upgrade`
@@ -20,7 +21,11 @@
 # tool is installed: the compose file renders, refuses to render without the secret file, and `up`
 # with the built image gives a healthy service that reaches the engine through the socket as a
 # non-root user with no secret in `docker inspect`; the upgrade step (`up -d` recreating the
-# container) keeps the database; `down -v` removes it.
+# container) keeps the database; `down -v` removes it. With --upgrade-from RELEASE (a release of
+# CHANGELOG.md): that release's own deployment (its commit cloned as an operator's checkout, its
+# image, its guide's .env, its compose file), a delivery and a run in flight, then every block of
+# deploy/README.md marked `<!-- step8: NAME -->` run as written: the upgrade to HEAD and the way
+# back; for a release with `paritybot agent`, the same for serve and an agent on PostgreSQL.
 #
 # Environment: BASE_IMAGE (python:3.12-slim), IMAGE (paritybot:check), PIP_INDEX_URL (a PyPI mirror),
 # EXTRA_CA_CERTS_DIR (default /usr/local/share/ca-certificates: locally added CAs, passed to pip in
