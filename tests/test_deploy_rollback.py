@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import docker
 import psycopg
@@ -171,7 +172,8 @@ def owned_database() -> Iterator[tuple[str, str]]:
         conn.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'paritybot_agent'").fetchone():
             conn.execute("CREATE ROLE paritybot_agent LOGIN")
-    url = with_database(server, name).replace("://postgres@", f"://{name}@", 1)
+    parts = urlsplit(with_database(server, name))
+    url = urlunsplit(parts._replace(netloc=f"{name}@{parts.hostname}:{parts.port}"))
     try:
         yield name, url
     finally:
