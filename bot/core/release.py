@@ -66,12 +66,6 @@ SCHEMAS: tuple[SchemaSpan, ...] = (
 )
 
 
-def release(version: str) -> Release | None:
-    """The earlier release of that number (``0.1.0`` or ``v0.1.0``), if there is one."""
-    wanted = Version(version)
-    return next((r for r in RELEASES if Version(r.version) == wanted), None)
-
-
 def schema_span(backend: Backend, schema_version: int) -> SchemaSpan | None:
     return next((s for s in SCHEMAS if s.backend == backend and s.schema_version == schema_version), None)
 
