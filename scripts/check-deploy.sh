@@ -6,6 +6,7 @@
 #   scripts/check-deploy.sh --local-base       # no registry: the base from scripts/build-base-image.sh
 #   scripts/check-deploy.sh --private-engine   # use scripts/docker-engine.sh's engine, starting it
 #                                              # if needed (and stopping it at the end if this did)
+#   scripts/check-deploy.sh --upgrade-from 0.1.0   # then deploy/README.md step 8 from that release
 #
 # The commands are those deploy/README.md shows. Checks, in order: the image builds; it runs as a
 # non-root user and has git; `serve` without a webhook secret exits 2 with one line; `db upgrade`
@@ -20,7 +21,11 @@
 # tool is installed: the compose file renders, refuses to render without the secret file, and `up`
 # with the built image gives a healthy service that reaches the engine through the socket as a
 # non-root user with no secret in `docker inspect`; the upgrade step (`up -d` recreating the
-# container) keeps the database; `down -v` removes it.
+# container) keeps the database; `down -v` removes it. With --upgrade-from RELEASE (a release of
+# CHANGELOG.md): that release's own deployment (its commit cloned as an operator's checkout, its
+# image, its guide's .env, its compose file), a delivery and a run in flight, then every block of
+# deploy/README.md marked `<!-- step8: NAME -->` run as written: the upgrade to HEAD and the way
+# back; for a release with `paritybot agent`, the same for serve and an agent on PostgreSQL.
 #
 # Environment: BASE_IMAGE (python:3.12-slim), IMAGE (paritybot:check), PIP_INDEX_URL (a PyPI mirror),
 # EXTRA_CA_CERTS_DIR (default /usr/local/share/ca-certificates: locally added CAs, passed to pip in
@@ -38,12 +43,15 @@ SECRET="check-$(openssl rand -hex 16)"
 WAIT_S=90
 PRIVATE_ENGINE=0
 LOCAL_BASE=0
-for arg in "$@"; do
-    case "$arg" in
+UPGRADE_FROM=""
+while [ $# -gt 0 ]; do
+    case "$1" in
     --private-engine) PRIVATE_ENGINE=1 ;;
     --local-base) LOCAL_BASE=1 ;;
-    *) echo "usage: $0 [--local-base] [--private-engine]" >&2; exit 2 ;;
+    --upgrade-from) UPGRADE_FROM="${2:?--upgrade-from needs a release, e.g. 0.2.0}"; shift ;;
+    *) echo "usage: $0 [--local-base] [--private-engine] [--upgrade-from RELEASE]" >&2; exit 2 ;;
     esac
+    shift
 done
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/paritybot-check.XXXXXX")"
@@ -71,7 +79,7 @@ print_summary() {
 
 cleanup() {
     local rc=$?
-    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" >/dev/null 2>&1 || true
+    docker rm -f "$NAME" "$NAME-serve" "$NAME-agent" "$NAME-up-serve" "$NAME-up-agent" >/dev/null 2>&1 || true
     docker image rm "$IMAGE-new" >/dev/null 2>&1 || true
     if [ -n "$PG_DIR" ]; then
         PARITYBOT_PG_DIR="$PG_DIR" "$ROOT/scripts/postgres.sh" stop >/dev/null 2>&1 || true
@@ -79,6 +87,10 @@ cleanup() {
     fi
     if [ "${#COMPOSE[@]}" -gt 0 ]; then
         "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+    fi
+    if [ -n "${SITE:-}" ] && [ -d "$SITE/deploy" ]; then
+        (cd "$SITE/deploy" && "${COMPOSE_TOOL[@]}" down -v --remove-orphans >/dev/null 2>&1) || true
+        docker image rm "paritybot:$UPGRADE_FROM" "paritybot:${NEW_VERSION:-none}" "paritybot-check-old:$$" >/dev/null 2>&1 || true
     fi
     rm -rf "$WORK"
     if [ "$STARTED_ENGINE" -eq 1 ]; then
@@ -199,7 +211,8 @@ wait_healthz() { # URL CONTAINER
     local deadline=$(($(date +%s) + WAIT_S)) body
     while [ "$(date +%s)" -lt "$deadline" ]; do
         if body="$(curl -fsS --max-time 2 "$1/healthz" 2>/dev/null)"; then
-            [ "${body// /}" = '{"status":"ok"}' ] || fail "/healthz answered $body"
+            [[ "${body// /}" == '{"status":"ok"'* ]] || fail "/healthz answered $body"
+            HEALTHZ="$body"
             return 0
         fi
         [ "$(docker inspect --format '{{.State.Running}}' "$2")" = true ] ||
@@ -221,7 +234,7 @@ wait_healthy() { # CONTAINER
 }
 
 wait_healthz "$base" "$NAME"
-record PASS "/healthz 200 {\"status\": \"ok\"} on 127.0.0.1:$port ($(seconds_since "$t0") after start)"
+record PASS "/healthz 200 $HEALTHZ on 127.0.0.1:$port ($(seconds_since "$t0") after start)"
 wait_healthy "$NAME"
 record PASS "HEALTHCHECK healthy ($(seconds_since "$t0") after start, interval 2s)"
 
@@ -298,6 +311,34 @@ docker rm "$NAME" >/dev/null
 # owner migrates, postgres/init-roles.sh gives the agents their login, serve and an agent connect
 # with password files, and `paritybot status` shows the agent. Host networking: the cluster
 # listens on this machine's loopback.
+start_serve() { # NAME IMAGE -> prints its port; serve on the private PostgreSQL as its owner
+    local port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    docker run -d --name "$1" --init "${OWNER_ARGS[@]}" \
+        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
+        --security-opt no-new-privileges \
+        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
+        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
+        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$port" -e PARITYBOT_HOST=127.0.0.1 \
+        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
+        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
+        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$2" serve >/dev/null
+    echo "$port"
+}
+
+wait_agent_listed() { # SERVE AGENT -> AGENT_STATUS: `paritybot status` once it lists check-agent
+    local deadline=$(($(date +%s) + WAIT_S)) status=""
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        status="$(docker exec "$1" paritybot status 2>&1 || true)"
+        [[ "$status" == *check-agent* ]] && break
+        [ "$(docker inspect --format '{{.State.Running}}' "$2")" = true ] ||
+            fail "many hosts: the agent $2 exited" "$(docker logs "$2" 2>&1)"
+        sleep 1
+    done
+    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    AGENT_STATUS="$status"
+}
+
 many_hosts() {
     local pg_dir port sock owner_url agent_url serve_port gid status
     pg_dir="$(mktemp -d /tmp/paritybot-check-pg.XXXXXX)"
@@ -324,23 +365,15 @@ SQL
         fail "many hosts: deploy/postgres/init-roles.sh" "$(cat "$WORK/pg.log")"
     owner_url="postgresql://paritybot@127.0.0.1:$port/paritybot"
     agent_url="postgresql://paritybot_agent@127.0.0.1:$port/paritybot"
-    local owner=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
+    OWNER_ARGS=(--network host -v "$WORK/secrets/paritybot_db_owner_password:/run/secrets/paritybot_db_owner_password:ro"
         -e "PARITYBOT_DATABASE_URL=$owner_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_owner_password)
+    local owner=("${OWNER_ARGS[@]}")
 
     local migrated
     migrated="$(docker run --rm "${owner[@]}" "$IMAGE" db upgrade 2>&1)" || fail "many hosts: db upgrade" "$migrated"
     record PASS "many hosts: db upgrade as the owner, password from a file: $(printf '%s' "$migrated" | tail -n1)"
 
-    serve_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    docker run -d --name "$NAME-serve" --init "${owner[@]}" \
-        --read-only --tmpfs /tmp --tmpfs /var/lib/paritybot:uid=10001,gid=10001 --cap-drop ALL \
-        --security-opt no-new-privileges \
-        -v "$WORK/app-key.pem:/run/secrets/paritybot_private_key:ro" \
-        -v "$WORK/webhook-secret:/run/secrets/paritybot_webhook_secret:ro" \
-        -e PARITYBOT_APP_ID=12345 -e PARITYBOT_PORT="$serve_port" -e PARITYBOT_HOST=127.0.0.1 \
-        -e PARITYBOT_WEBHOOK_SECRET_FILE=/run/secrets/paritybot_webhook_secret \
-        -e PARITYBOT_PRIVATE_KEY_PATH=/run/secrets/paritybot_private_key \
-        -e PARITYBOT_GITHUB_API_URL=http://127.0.0.1:9 "$IMAGE" serve >/dev/null
+    serve_port="$(start_serve "$NAME-serve" "$IMAGE")"
     wait_healthz "http://127.0.0.1:$serve_port" "$NAME-serve"
     base="http://127.0.0.1:$serve_port"
     answer="$(post_ping "$sig")"
@@ -348,10 +381,11 @@ SQL
     record PASS "many hosts: serve on PostgreSQL as the owner, no engine socket: /healthz 200, signed ping 200"
 
     gid="$(stat -c %g "${DOCKER_SOCKET_PATH}")"
-    local agent=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
+    AGENT_ARGS=(--network host --init --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges
         -v "$WORK/secrets/paritybot_db_agent_password:/run/secrets/paritybot_db_agent_password:ro"
         -v "${DOCKER_SOCKET_PATH}:/var/run/docker.sock" --group-add "$gid"
         -e "PARITYBOT_DATABASE_URL=$agent_url" -e PARITYBOT_DATABASE_PASSWORD_FILE=/run/secrets/paritybot_db_agent_password)
+    local agent=("${AGENT_ARGS[@]}")
     set +e
     refusal="$(docker run --rm "${agent[@]}" -v "$WORK/app-key.pem:/k.pem:ro" -e PARITYBOT_PRIVATE_KEY_PATH=/k.pem \
         "$IMAGE" agent --labels check --name check-agent 2>&1)"
@@ -361,16 +395,8 @@ SQL
         fail "many hosts: an agent given the App's key: exit $rc" "$refusal"
     record PASS "many hosts: an agent given the App's key: exit 2, one line: $refusal"
     docker run -d --name "$NAME-agent" "${agent[@]}" "$IMAGE" agent --labels check --name check-agent >/dev/null
-    local deadline=$(($(date +%s) + WAIT_S))
-    status=""
-    while [ "$(date +%s)" -lt "$deadline" ]; do
-        status="$(docker exec "$NAME-serve" paritybot status 2>&1 || true)"
-        [[ "$status" == *check-agent* ]] && break
-        [ "$(docker inspect --format '{{.State.Running}}' "$NAME-agent")" = true ] ||
-            fail "many hosts: the agent exited" "$(docker logs "$NAME-agent" 2>&1)"
-        sleep 1
-    done
-    [[ "$status" == *check-agent* ]] || fail "many hosts: paritybot status never showed the agent" "$status"
+    wait_agent_listed "$NAME-serve" "$NAME-agent"
+    status="$AGENT_STATUS"
     record PASS "many hosts: agent as paritybot_agent, registered; paritybot status: $(printf '%s' "$status" | grep -m1 check-agent | tr -s ' ')"
     docker stop -t 20 "$NAME-agent" >/dev/null
     code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-agent")"
@@ -486,3 +512,187 @@ t0=$(now_ms)
 "${COMPOSE[@]}" down -v --remove-orphans >"$WORK/down.log" 2>&1 || fail "compose down" "$(cat "$WORK/down.log")"
 COMPOSE=()
 record PASS "compose down -v ($(seconds_since "$t0"))"
+
+# --- upgrade from an earlier release, and back (deploy/README.md, step 8) ------------------------
+# That release's own deployment: its commit (CHANGELOG.md) checked out as an operator's clone, its
+# image built with the build arguments above, its guide's deploy/.env with this run's values, its
+# compose file up. Then step 8's blocks of this guide, run as written (`docker compose` is
+# docker-compose where only that is installed; `sudo` is nothing for root; /etc/paritybot is a
+# directory of this run): the upgrade to this checkout's HEAD, then the way back.
+[ -n "$UPGRADE_FROM" ] || exit 0
+OLD_COMMIT="$(grep -E "^\[${UPGRADE_FROM//./\\.}\]: " "$ROOT/CHANGELOG.md" | grep -oE '[0-9a-f]{40}' | head -n1)" ||
+    fail "--upgrade-from $UPGRADE_FROM: no such release in CHANGELOG.md"
+NEW_VERSION="$(sed -n 's/^VERSION = "\([^"]*\)"$/\1/p' "$ROOT/bot/core/release.py")"
+NEW_COMMIT="$(git -C "$ROOT" rev-parse HEAD)"
+[ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no)" ] ||
+    say "the upgrade goes to HEAD ($NEW_COMMIT); uncommitted changes are not in it"
+SITE="$WORK/site"
+git clone -q "$ROOT" "$SITE" && git -C "$SITE" checkout -q "$OLD_COMMIT"
+ETC="$WORK/etc"
+mkdir -p "$ETC" && cp "$WORK/app-key.pem" "$ETC/private-key.pem" && cp "$WORK/webhook-secret" "$ETC/webhook-secret"
+
+guide_block() { # FILE NAME -> the sh block marked <!-- step8: NAME --> (or, for the old .env, after its heading)
+    awk -v mark="<!-- step8: $2 -->" '$0 == mark {on = 1; next} on && /^```sh$/ {inside = 1; next}
+        inside && /^```$/ {exit} inside {print}' "$1"
+}
+run_guide() { # DIR TEXT [VAR=VALUE...] -> runs TEXT with bash -e in DIR, with only the guide's variables
+    local dir="$1" text="$2"
+    shift 2
+    local prelude='docker() { if [ "$1" = compose ] && ! command docker compose version >/dev/null 2>&1; then shift; docker-compose "$@"; else command docker "$@"; fi; }
+sudo() { "$@"; }
+'
+    (cd "$dir" && env -i PATH="$PATH" HOME="$HOME" DOCKER_HOST="${DOCKER_HOST:-}" "$@" \
+        bash -e -c "$prelude${text//\/etc\/paritybot\//$ETC/}") >>"$WORK/upgrade.log" 2>&1 ||
+        fail "step 8 as written: $(printf '%s' "$text" | head -n1)…" "$(cat "$WORK/upgrade.log")"
+}
+GUIDE_VARS=(OLD="$UPGRADE_FROM" NEW="$NEW_VERSION" NEW_COMMIT="$NEW_COMMIT" VOLUME="${PROJECT}-site_paritybot-data"
+    BACKUP="$WORK/backups/before-$NEW_VERSION" BASE_IMAGE="$BASE_IMAGE" PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
+    EXTRA_CA_CERTS="$( [ "${#cas[@]}" -gt 0 ] && cat "${cas[@]}")")
+run_guide_block() { # NAME [DIR]
+    run_guide "${2:-$SITE/deploy}" "$(guide_block "$ROOT/deploy/README.md" "$1")" "${GUIDE_VARS[@]}"
+}
+
+# The old release: its image, its guide's .env (step 4 there) with this run's values, compose up.
+t0=$(now_ms)
+docker build "${build_args[@]}" -t "paritybot-check-old:$$" "$SITE" >"$WORK/old-build.log" 2>&1 ||
+    fail "docker build of $UPGRADE_FROM ($OLD_COMMIT)" "$(cat "$WORK/old-build.log")"
+awk '/^Create `deploy\/.env`/ {on = 1} on && /^```sh$/ {inside = 1; next} inside && /^```$/ {exit} inside {print}' \
+    "$SITE/deploy/README.md" >"$SITE/deploy/.env"
+set_env() { # KEY VALUE: in the old .env, where its guide has the key (or adds it)
+    sed -i "/^$1=/d" "$SITE/deploy/.env" && printf '%s=%s\n' "$1" "$2" >>"$SITE/deploy/.env"
+}
+grep -q '^PARITYBOT_WEBHOOK_SECRET=' "$SITE/deploy/.env" && set_env PARITYBOT_WEBHOOK_SECRET "$SECRET"
+grep -q '^PARITYBOT_WEBHOOK_SECRET_FILE=' "$SITE/deploy/.env" && set_env PARITYBOT_WEBHOOK_SECRET_FILE "$ETC/webhook-secret"
+set_env PARITYBOT_APP_ID 12345
+set_env PARITYBOT_PRIVATE_KEY_FILE "$ETC/private-key.pem"
+set_env DOCKER_GID "$DOCKER_GID"
+set_env DOCKER_SOCKET "$DOCKER_SOCKET"
+set_env COMPOSE_PROJECT_NAME "${PROJECT}-site"
+set_env PARITYBOT_IMAGE "paritybot-check-old:$$"
+set_env PARITYBOT_GITHUB_API_URL http://127.0.0.1:9
+set_env PARITYBOT_PUBLISH_PORT ""
+set_env PARITYBOT_HEALTH_INTERVAL 2s
+set_env BASE_IMAGE "$BASE_IMAGE"
+run_guide "$SITE/deploy" 'docker compose up -d'
+site_port() { (cd "$SITE/deploy" && env -i PATH="$PATH" DOCKER_HOST="${DOCKER_HOST:-}" "${COMPOSE_TOOL[@]}" port paritybot 8080 | cut -d: -f2); }
+site_cid() { (cd "$SITE/deploy" && env -i PATH="$PATH" DOCKER_HOST="${DOCKER_HOST:-}" "${COMPOSE_TOOL[@]}" ps -q paritybot); }
+old_cid="$(site_cid)"
+wait_healthz "http://127.0.0.1:$(site_port)" "$old_cid"
+wait_healthy "$old_cid"
+kept="$(send_delivery "http://127.0.0.1:$(site_port)" "$old_cid")"
+# A run in flight when the upgrade stops the service: a job the old release's store holds as
+# running, its request made by that release's own model (no GitHub here, so no runner is
+# actually at work on it; what the upgrade must do with it is the same).
+in_flight="$(docker exec "$old_cid" python3 -c '
+import sqlite3, uuid
+try:
+    from bot.core.models import RunRequest
+except ImportError:
+    from bot.models import RunRequest
+request = RunRequest(installation_id=1, repo="acme/widgets", clone_url="https://github.com/acme/widgets.git",
+                     pr_number=7, head_sha="a" * 40)
+db = sqlite3.connect("/var/lib/paritybot/paritybot.db", isolation_level=None)
+job = uuid.uuid4().hex
+db.execute(
+    "INSERT INTO jobs (id, seq, queue, repo, pr_number, head_sha, environment, request, dedupe_key, state,"
+    " attempts, created_at, started_at) SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, 1,"
+    " ?, ? FROM jobs",
+    (job, "default", request.repo, request.pr_number, request.head_sha, "default", request.model_dump_json(),
+     "check-deploy-in-flight", "running", "2026-12-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00"))
+print(job)' 2>&1)" || fail "a run in flight in $UPGRADE_FROM's store" "$in_flight"
+record PASS "$UPGRADE_FROM (${OLD_COMMIT:0:7}) with its own guide's .env and compose file: healthy, a delivery in, a run in flight ($(seconds_since "$t0"))"
+
+# Step 8 of this guide, as written.
+t0=$(now_ms)
+run_guide_block prepare "$SITE"
+run_guide_block stop
+run_guide_block backup-sqlite
+if [ "$(printf '%s\n' "$UPGRADE_FROM" "0.2.0" | sort -V | head -n1)" != "0.2.0" ]; then
+    # The upgrade notes of 0.2.0 (CHANGELOG.md): the webhook secret moves to a file.
+    notes="$(awk '/^## \[0\.2\.0\]/ {on = 1} on && /^  ```sh$/ {inside = 1; next} inside && /^  ```$/ {exit} inside {print substr($0, 3)}' "$ROOT/CHANGELOG.md")"
+    run_guide "$SITE/deploy" "$notes"
+fi
+run_guide_block start
+new_cid="$(site_cid)"
+wait_healthz "http://127.0.0.1:$(site_port)" "$new_cid"
+wait_healthy "$new_cid"
+[[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "after the upgrade /healthz answered $HEALTHZ, not version $NEW_VERSION"
+[ "$(stored "$new_cid" "$kept")" = 1 ] || fail "the upgraded service lost the delivery"
+[[ "$(docker logs "$new_cid" 2>&1)" == *"\"version\": \"$NEW_VERSION\""* ]] || fail "no starting line with the version" "$(docker logs "$new_cid" 2>&1)"
+recovered="$(docker logs "$new_cid" 2>&1 | grep -m1 '"interrupted runs recovered"' || true)"
+[[ "$recovered" == *'"requeued": 1'* ]] || fail "the run in flight was not queued again" "$(docker logs "$new_cid" 2>&1)"
+record PASS "upgrade $UPGRADE_FROM → $NEW_VERSION as step 8 writes it: /healthz $HEALTHZ, the delivery kept, the run in flight queued again ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+after="$(send_delivery "http://127.0.0.1:$(site_port)" "$new_cid")"
+run_guide "$SITE/deploy" "$(guide_block "$ROOT/deploy/README.md" rollback-check)
+echo \"RESTORE=\$RESTORE\" > \"\$BACKUP/restore\"" "${GUIDE_VARS[@]}"
+restore="$(cat "$WORK/backups/before-$NEW_VERSION/restore")"
+[ "$restore" = RESTORE=yes ] && run_guide_block restore-sqlite
+run_guide_block rollback-start
+back_cid="$(site_cid)"
+[ "$(docker inspect --format '{{.Config.Image}}' "$back_cid")" = "paritybot:$UPGRADE_FROM" ] || fail "the rollback does not run paritybot:$UPGRADE_FROM"
+wait_healthz "http://127.0.0.1:$(site_port)" "$back_cid"
+wait_healthy "$back_cid"
+[ "$(stored "$back_cid" "$kept")" = 1 ] || fail "after the rollback the delivery from before the upgrade is gone"
+expect_after=1
+[ "$restore" = RESTORE=yes ] && expect_after=0
+[ "$(stored "$back_cid" "$after")" = "$expect_after" ] || fail "after the rollback: the delivery received by $NEW_VERSION is $(stored "$back_cid" "$after"), not $expect_after"
+record PASS "rollback to $UPGRADE_FROM as step 8 writes it ($restore): healthy, its data back ($(seconds_since "$t0"))"
+
+# --- many hosts: the same upgrade and way back on PostgreSQL ------------------------------------------
+# On the private cluster of the many-hosts checks, with `docker run` for the roles (the compose
+# file's `postgres` image needs a registry): the old release's migration, serve and agent; the
+# guide's order (agents first, then serve), its pg_dump block for a PostgreSQL of one's own (`PG=`
+# empty, libpq's variables set), the new release's migration, serve and agent; then its way back.
+[ -n "$PG_DIR" ] && [ -n "${OWNER_ARGS+x}" ] || { record SKIP "many hosts upgrade: no PostgreSQL above"; exit 0; }
+old_image="paritybot-check-old:$$"
+docker run --rm "$old_image" agent --help >/dev/null 2>&1 ||
+    { record SKIP "many hosts upgrade: $UPGRADE_FROM has no \`paritybot agent\`"; exit 0; }
+pg_port="$(cat "$PG_DIR/port")"
+libpq=(PGHOST="$PG_DIR/sock" PGPORT="$pg_port" PGUSER=postgres)
+docker rm -f "$NAME-serve" >/dev/null 2>&1 || true
+env "${libpq[@]}" dropdb --force paritybot && env "${libpq[@]}" createdb --owner=paritybot paritybot ||
+    fail "many hosts upgrade: a new database paritybot"
+own_pg() { # BLOCK -> the block as the guide has it for a PostgreSQL of one's own
+    guide_block "$ROOT/deploy/README.md" "$1" | sed 's/^PG=.*$/PG=/'
+}
+t0=$(now_ms)
+migrated="$(docker run --rm "${OWNER_ARGS[@]}" "$old_image" db upgrade 2>&1)" || fail "many hosts: $UPGRADE_FROM's db upgrade" "$migrated"
+port="$(start_serve "$NAME-up-serve" "$old_image")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "$old_image" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+record PASS "many hosts: $UPGRADE_FROM's migration, serve and agent on PostgreSQL ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+docker stop -t 20 "$NAME-up-agent" >/dev/null && docker stop -t 20 "$NAME-up-serve" >/dev/null
+docker rm "$NAME-up-agent" "$NAME-up-serve" >/dev/null
+run_guide "$WORK" "$(own_pg backup-postgres)" "${GUIDE_VARS[@]}" "${libpq[@]}"
+migrated="$(docker run --rm "${OWNER_ARGS[@]}" "paritybot:$NEW_VERSION" db upgrade 2>&1)" ||
+    fail "many hosts: $NEW_VERSION's db upgrade" "$migrated"
+port="$(start_serve "$NAME-up-serve" "paritybot:$NEW_VERSION")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+[[ "$HEALTHZ" == *"\"$NEW_VERSION\""* ]] || fail "many hosts: after the upgrade /healthz answered $HEALTHZ"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "paritybot:$NEW_VERSION" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+[[ "$(docker logs "$NAME-up-agent" 2>&1)" == *"\"version\": \"$NEW_VERSION\""* ]] || fail "many hosts: the agent's log names no version"
+record PASS "many hosts: upgrade $UPGRADE_FROM → $NEW_VERSION (agents stopped first, pg_dump as the guide writes it, db upgrade, serve, agent): $(printf '%s' "$migrated" | tail -n1) ($(seconds_since "$t0"))"
+
+t0=$(now_ms)
+docker stop -t 20 "$NAME-up-agent" >/dev/null && docker stop -t 20 "$NAME-up-serve" >/dev/null
+docker rm "$NAME-up-agent" "$NAME-up-serve" >/dev/null
+set +e
+verdict="$(docker run --rm "${OWNER_ARGS[@]}" "paritybot:$NEW_VERSION" db status --release "$UPGRADE_FROM" 2>&1)"
+rc=$?
+set -e
+case "$rc" in
+0) restore=RESTORE=no ;;
+1) restore=RESTORE=yes && run_guide "$WORK" "$(own_pg restore-postgres)" "${GUIDE_VARS[@]}" "${libpq[@]}" ;;
+*) fail "many hosts: db status --release $UPGRADE_FROM: exit $rc" "$verdict" ;;
+esac
+port="$(start_serve "$NAME-up-serve" "$old_image")"
+wait_healthz "http://127.0.0.1:$port" "$NAME-up-serve"
+docker run -d --name "$NAME-up-agent" "${AGENT_ARGS[@]}" "$old_image" agent --labels check --name check-agent >/dev/null
+wait_agent_listed "$NAME-up-serve" "$NAME-up-agent"
+record PASS "many hosts: rollback to $UPGRADE_FROM ($restore: $(printf '%s' "$verdict" | tail -n1)): serve and agent again ($(seconds_since "$t0"))"

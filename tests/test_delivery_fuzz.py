@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.core.models import RunState
+from bot.core.release import VERSION
 from bot.service.store.records import DeliveryStatus
 
 __all__ = ["bot"]  # the fixture, imported for pytest
@@ -48,7 +49,7 @@ async def check_one(bot: BotHarness, delivery: FuzzDelivery, signed: bool, seen:
             if record.error.startswith("malformed payload"):
                 assert record.attempts == 1, (record, delivery)
     assert bot.service is not None and not bot.service.supervisor.deaths, delivery
-    assert await bot.health() == (200, {"status": "ok"}), delivery
+    assert await bot.health() == (200, {"status": "ok", "version": VERSION}), delivery
 
 
 async def test_fuzzed_deliveries_never_stop_the_service(bot: BotHarness) -> None:

@@ -366,6 +366,11 @@ def test_compose_config_is_accepted_by_compose(compose_env: dict[str, str], tmp_
     refused = subprocess.run(args, env=compose_env, capture_output=True, text=True)
     assert refused.returncode != 0
     assert "set PARITYBOT_WEBHOOK_SECRET_FILE" in refused.stderr
+    # An .env from before 0.2.0 holds the value instead: the refusal says where the fix is.
+    assert (
+        "PARITYBOT_WEBHOOK_SECRET value from before 0.2.0 moves to that file, see CHANGELOG.md"
+        in refused.stderr
+    )
 
 
 # --- the Dockerfile -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import payloads
 import pytest
 from botharness import REPO, SECRET, BotHarness, bot
 
+from bot.core.release import VERSION
 from bot.service.store.records import Delivery, DeliveryStatus
 
 __all__ = ["bot"]  # the fixture, imported for pytest
@@ -262,7 +263,7 @@ async def test_a_malformed_delivery_fails_once_naming_its_field(
     assert github_calls_to_repos(bot) == []  # nothing from the payload reached a URL
     warnings = [line for line in log_lines(json_logs) if line.get("delivery_id") == "d-bad"]
     assert [line["error"] for line in warnings if line["level"] == "warning"] == [delivery.error]
-    assert await bot.health() == (200, {"status": "ok"})
+    assert await bot.health() == (200, {"status": "ok", "version": VERSION})
     assert bot.service is not None and not bot.service.supervisor.deaths
 
 
@@ -313,7 +314,7 @@ async def test_repository_full_name_nested_as_deep_as_the_intake_takes(
     # The dispatcher goes on: the next delivery is handled.
     good = await deliver(bot, "installation", payloads.encode(installation_created(bot)), "d-after")
     assert good.status == DeliveryStatus.DISPATCHED
-    assert await bot.health() == (200, {"status": "ok"})
+    assert await bot.health() == (200, {"status": "ok", "version": VERSION})
     assert bot.service is not None and not bot.service.supervisor.deaths
 
 
@@ -383,12 +384,12 @@ def rename_table(bot: BotHarness, old: str, new: str) -> None:
 async def test_a_loop_that_stops_is_restarted_and_healthz_names_it_meanwhile(
     bot: BotHarness, json_logs: io.StringIO, table: str, loop: str
 ) -> None:
-    assert await bot.health() == (200, {"status": "ok"})
+    assert await bot.health() == (200, {"status": "ok", "version": VERSION})
     rename_table(bot, table, f"{table}_away")
 
     async def named_down() -> bool:
         status, body = await bot.health()
-        return status == 503 and body == {"status": "unhealthy", "loops_down": [loop]}
+        return status == 503 and body == {"status": "unhealthy", "loops_down": [loop], "version": VERSION}
 
     await bot.wait_for(f"/healthz to name {loop}", named_down, timeout=20)
     stopped = [line for line in log_lines(json_logs) if line["event"] == "loop stopped; restarting it"]
@@ -397,7 +398,7 @@ async def test_a_loop_that_stops_is_restarted_and_healthz_names_it_meanwhile(
     rename_table(bot, f"{table}_away", table)
 
     async def healthy() -> bool:
-        return await bot.health() == (200, {"status": "ok"})
+        return await bot.health() == (200, {"status": "ok", "version": VERSION})
 
     await bot.wait_for("the loop to run again", healthy, timeout=20)
     # Restarted, it does its work: a pull request is handled and run end to end.

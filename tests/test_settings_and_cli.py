@@ -11,6 +11,7 @@ from botharness import SECRET, BotHarness
 from cli_run import run_cli
 from fakegithub import FakeGitHub
 
+from bot.core.release import VERSION
 from bot.service.settings import Settings, SettingsError, load_settings
 
 
@@ -254,8 +255,10 @@ def test_serve_refuses_a_database_newer_than_itself_in_one_line(tmp_path: Path) 
     env = {**SERVING, "PARITYBOT_DATABASE_URL": f"sqlite:///{db}", "PARITYBOT_RUNNER": "docker"}
     done = run_cli("serve", env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.startswith(f"paritybot: {db}: the database is at schema version"), done.stderr
-    assert done.stderr.count("\n") == 1, done.stderr
+    # The log's first line says which paritybot refused; the refusal itself is one line.
+    started, refusal = done.stderr.splitlines()
+    assert json.loads(started)["event"] == "starting" and json.loads(started)["version"] == VERSION
+    assert refusal.startswith(f"paritybot: {db}: the database is at schema version"), done.stderr
 
 
 @pytest.mark.parametrize(

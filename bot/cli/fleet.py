@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from bot.service.logs import configure_logging
+from bot.service.logs import configure_logging, log_start
 from bot.service.settings import Settings, SettingsError
 
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -28,6 +28,7 @@ def agent_main(settings: Settings, labels_text: str, name: str) -> int:
     labels = parse_labels(labels_text)
     settings.require_agent()
     configure_logging(settings.log_format, settings.log_level)
+    log_start("agent", settings.deprecation_warnings())
     return asyncio.run(run_agent(settings, labels, name))
 
 

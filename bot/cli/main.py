@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from bot.cli.checkout import UsageError
 from bot.core.config import ConfigError, RepoConfig, parse_repo_config
-from bot.service.logs import configure_logging
+from bot.core.release import VERSION
+from bot.service.logs import configure_logging, log_start
 
 if TYPE_CHECKING:
     from runner.backends.base import RunnerFactory
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paritybot", description="GPU CI parity checks for pull requests")
+    p.add_argument("--version", action="version", version=f"paritybot {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the GitHub App (webhooks, queue, workers)")
@@ -43,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         "upgrade", help="create or upgrade the schema (procrastinate's too, on PostgreSQL)"
     )
     up.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
+    ds = db_sub.add_parser(
+        "status", help="the schema version, and which releases run on it as it is (before a rollback)"
+    )
+    ds.add_argument("--release", help="exit 1 unless this release runs on the database as it is")
+    ds.add_argument("--env-file", type=Path, help="a file of PARITYBOT_* settings")
 
     st = sub.add_parser("status", help="several hosts: queues, agents and running jobs")
     st.add_argument("--json", action="store_true")
@@ -160,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(args.env_file)
         settings.require_serving()
         configure_logging(settings.log_format, settings.log_level)
+        log_start("serve", settings.deprecation_warnings())
         asyncio.run(serve(settings))
     except (SettingsError, StoreError) as exc:
         raise UsageError(str(exc)) from None
@@ -176,6 +184,10 @@ def _fleet(args: argparse.Namespace) -> int:
         settings = load_settings(args.env_file)
         if args.command == "agent":
             return agent_main(settings, args.labels, args.name)
+        if args.command == "db" and args.db_command == "status":
+            from bot.cli.db_status import db_status_main
+
+            return db_status_main(settings, args.release)
         if args.command == "db":
             return db_upgrade_main(settings)
         return status_main(settings, as_json=args.json)

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from bot.core.release import VERSION
 from bot.core.secrets import redact
 
 _registered_secrets: set[str] = set()
@@ -106,3 +107,12 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: Any = None
         logger_factory=structlog.PrintLoggerFactory(_SafeStream(stream or sys.stderr)),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+
+
+def log_start(command: str, deprecations: Sequence[str] = ()) -> None:
+    """The first line a long-running command logs: which paritybot this is (CHANGELOG.md); then a
+    warning for each old setting name in use."""
+    log = structlog.get_logger("paritybot")
+    log.info("starting", command=command, version=VERSION)
+    for line in deprecations:
+        log.warning("setting renamed", fix=line)

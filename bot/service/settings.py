@@ -10,12 +10,19 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.service.github import RetryPolicy
 
 KEY_LINE_MIN_LEN = 16
+
+# Settings renamed after a release: the old name is read for one more release, with a warning
+# naming the new one (CHANGELOG.md, upgrade notes). Field → (its new field, the last release that
+# reads it). Secrets are never given this grace: a secret as a value is refused instead.
+RENAMED: dict[str, tuple[str, str]] = {
+    "stale_after_s": ("stalled_after_s", "0.3.0"),
+}
 
 
 class SettingsError(Exception):
@@ -101,6 +108,27 @@ class Settings(BaseSettings):
     )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    stale_after_s: float | None = Field(None, description="renamed PARITYBOT_STALLED_AFTER_S")
+    _renamed_used: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _old_names(self) -> Settings:
+        # Defined first: the checks below see the value under its new name.
+        for old, (new, last) in RENAMED.items():
+            if getattr(self, old) is None:
+                continue
+            if new in self.model_fields_set:
+                raise ValueError(
+                    f"PARITYBOT_{old.upper()} is renamed PARITYBOT_{new.upper()}, which is set too: "
+                    f"remove PARITYBOT_{old.upper()}"
+                )
+            setattr(self, new, getattr(self, old))
+            setattr(self, old, None)
+            self._renamed_used.append(
+                f"PARITYBOT_{old.upper()} is renamed PARITYBOT_{new.upper()}: rename it in your settings; "
+                f"paritybot {last} is the last release that reads the old name"
+            )
+        return self
 
     @field_validator("github_api_url")
     @classmethod
@@ -159,6 +187,10 @@ class Settings(BaseSettings):
                 self.database_url, _read_secret("DATABASE_PASSWORD_FILE", self.database_password_file)
             )
         return self
+
+    def deprecation_warnings(self) -> list[str]:
+        """One line per old setting name still in use, for the log's start."""
+        return list(self._renamed_used)
 
     @property
     def is_postgres(self) -> bool:

@@ -14,6 +14,7 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from bot.core.release import VERSION
 from bot.service.intake import MAX_BODY_BYTES, IntakeError, accept, check_transport
 from bot.service.store.protocol import Store
 
@@ -71,8 +72,8 @@ def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     down = request.app[LOOPS_DOWN_KEY]()
     if down:
-        return web.json_response({"status": "unhealthy", "loops_down": down}, status=503)
-    return web.json_response({"status": "ok"})
+        return web.json_response({"status": "unhealthy", "loops_down": down, "version": VERSION}, status=503)
+    return web.json_response({"status": "ok", "version": VERSION})
 
 
 def create_web_app(
