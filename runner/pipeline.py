@@ -431,7 +431,7 @@ class Pipeline:
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
-            setup=list(self.environment.setup),
+            setup=[*info.build, *self.environment.setup],
             docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
