@@ -46,6 +46,7 @@ from runner.backends.base import (
 )
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
+from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
@@ -518,6 +519,16 @@ class Pipeline:
         report.coverage_map = cmap.health
         if cmap.health is not None and not cmap.health.usable:
             # An empty map would pass for one that knows every test runs nothing: keep none.
-            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})"
+            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})" + plugin_hint(
+                result.output
+            )
+            return
+        if not cmap.source_files():
+            # Tests ran, but none ran the project's code as this tree holds it: the same as empty.
+            report.error = (
+                "coverage map not recorded: no test ran a line of the project's source in the run's "
+                "tree (the project's code was imported from elsewhere, or no test calls it)"
+                + (f" ({cmap.health.describe()})" if cmap.health is not None else "")
+            )
             return
         CoverageMapStore(self._coverage_dir()).save(ws.head_sha, cmap)
