@@ -17,6 +17,8 @@ import pytest
 from contributor_env import ContributorEnv, make_contributor_env
 from gitrepo import GitRepo
 
+from runner.checks.pytest_plugins import missing_plugins
+
 QUIET_CONFIG = "checks: {precommit: false, docstrings: false}\n"
 SETUPTOOLS = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
 
@@ -112,12 +114,19 @@ def test_a_map_with_no_line_of_the_projects_source_is_not_kept(
     unchanged(contributor, before)
 
 
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "pip install --no-build-isolation --no-deps -e .",
+        # The README's advice before: in a virtualenv pip refuses --user; here it works, in the run's.
+        "pip install --user --no-build-isolation --no-deps .",
+    ],
+)
 def test_setup_that_installs_the_project_leaves_the_contributors_install_alone(
-    tmp_path: Path, contributor: ContributorEnv
+    tmp_path: Path, contributor: ContributorEnv, setup: str
 ) -> None:
     repo = src_layout_project(tmp_path / "proj")
     repo.git("checkout", "-q", "main")
-    setup = "pip install --no-build-isolation --no-deps -e ."
     repo.commit(
         {".github/paritybot.yml": QUIET_CONFIG + f"environments:\n  - name: local\n    setup: [{setup!r}]\n"}
     )
@@ -276,3 +285,34 @@ def test_cov_in_addopts_without_pytest_cov_names_the_package(
 
     assert "--cov needs pytest-cov: install it (pip install pytest-cov)" in done.stdout
     unchanged(contributor, before)
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (
+            "ERROR: usage: pytest [options] [file_or_dir] [file_or_dir] [...]\n"
+            "pytest: error: unrecognized arguments: --cov=pkg --cov-report=term -n auto\n"
+            "  inifile: /p/setup.cfg\n",
+            [
+                "--cov needs pytest-cov: install it (pip install pytest-cov)",
+                "-n needs pytest-xdist: install it (pip install pytest-xdist)",
+            ],
+        ),
+        (
+            "pytest: error: unrecognized arguments: -n4 --benchmark-disable\n",
+            [
+                "-n4 needs pytest-xdist: install it (pip install pytest-xdist)",
+                "--benchmark-disable needs pytest-benchmark: install it (pip install pytest-benchmark)",
+            ],
+        ),
+        ("pytest: error: unrecognized arguments: --no-such-thing\n", []),
+        (
+            "ModuleNotFoundError: No module named 'coverage'\n",
+            ["the project's environment has no coverage: install it there (pip install coverage)"],
+        ),
+        ("1 failed: assert 'unrecognized arguments' in text\n", []),
+    ],
+)
+def test_an_option_of_a_missing_plugin_names_the_package(output: str, expected: list[str]) -> None:
+    assert missing_plugins(output) == expected

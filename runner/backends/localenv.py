@@ -6,7 +6,7 @@ on, said on stderr), never in it: each run gets a ``venv`` made by that interpre
 site-packages hold a ``.pth`` that appends the interpreter's own site-packages (so whatever the
 contributor installed imports, editable dependencies included). Its ``bin/`` is first on the
 steps' ``PATH`` and holds a ``pip`` that runs in it, and ``PYTHONUSERBASE`` is inside it, so
-set-up commands (``pip install -e .``, ``pip install --user .``, ``python setup.py develop``)
+set-up commands (``pip install -e .``, ``python -m pip install .``, ``pip install --user .``)
 install into it: the contributor's environment is never written, nor byte-compiled into
 (``PYTHONPYCACHEPREFIX`` is inside it too). pip will not uninstall what lies outside the
 environment it runs in, so installing the project there leaves the contributor's install as it was.
