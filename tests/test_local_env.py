@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 from contributor_env import ContributorEnv, make_contributor_env
 from gitrepo import GitRepo
 
@@ -83,6 +84,47 @@ def test_src_layout_installed_editable_tests_the_commit_not_the_working_copy(
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
     files = stored_map(tmp_path)["files"]
     assert isinstance(files, dict) and "src/mylib/__init__.py" in files
+    unchanged(contributor, before)
+
+
+@pytest.mark.parametrize("chosen_by", ["VIRTUAL_ENV", "--python"])
+def test_the_projects_interpreter_runs_it_not_paritybots(
+    tmp_path: Path, contributor: ContributorEnv, chosen_by: str
+) -> None:
+    # paritybot installed in an environment of its own (pipx, say); the project's dependency only
+    # in the project's virtualenv.
+    dep = GitRepo(tmp_path / "dep")
+    dep.commit(
+        {
+            "pyproject.toml": SETUPTOOLS + '[project]\nname = "onlyhere"\nversion = "0.1"\n',
+            "onlyhere/__init__.py": "FACTOR = 2\n",
+        }
+    )
+    contributor.run("-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", str(dep.path))
+    repo = src_layout_project(tmp_path / "proj")
+    repo.commit(
+        {"tests/test_factor.py": "import onlyhere\n\n\ndef test_factor():\n    assert onlyhere.FACTOR == 2\n"}
+    )
+    before = contributor.fingerprint()
+    where = {"VIRTUAL_ENV": str(contributor.root)} if chosen_by == "VIRTUAL_ENV" else {}
+    option = ["--python", contributor.python] if chosen_by == "--python" else []
+
+    done = run_cli(
+        "check",
+        "--repo",
+        str(repo.path),
+        "--base",
+        "main",
+        "--runner",
+        "host",
+        *option,
+        home=tmp_path,
+        env=where,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Tests: 2 passed" in done.stdout
+    assert f"python: {contributor.python} ({'--python' if option else 'the active virtualenv'}" in done.stderr
     unchanged(contributor, before)
 
 
