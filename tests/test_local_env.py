@@ -128,6 +128,45 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
     unchanged(contributor, before)
 
 
+# What meson-python's editable install does: a finder placed first on sys.meta_path that serves
+# the package from the contributor's checkout, ahead of sys.path and so of any tree.
+IMPORT_HOOK = """\
+import importlib.util, sys
+
+
+class WorkingCopy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mylib":
+            return importlib.util.spec_from_file_location(name, {init!r})
+        return None
+
+
+sys.meta_path.insert(0, WorkingCopy())
+"""
+
+
+def test_a_package_an_import_hook_serves_from_elsewhere_stops_the_run(
+    tmp_path: Path, contributor: ContributorEnv
+) -> None:
+    repo = src_layout_project(tmp_path / "proj")
+    init = str(repo.path / "src/mylib/__init__.py")
+    (contributor.site / "_mylib_hook.py").write_text(IMPORT_HOOK.format(init=init))
+    (contributor.site / "_mylib_hook.pth").write_text("import _mylib_hook\n")
+    before = contributor.fingerprint()
+
+    done = contributor.paritybot(
+        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
+    )
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"the project's `mylib` would be imported from {Path(init).parent}, not from the commit"
+        in done.stdout
+    )
+    assert "Tests:" not in done.stdout
+    unchanged(contributor, before)
+
+
 def test_a_map_with_no_line_of_the_projects_source_is_not_kept(
     tmp_path: Path, contributor: ContributorEnv
 ) -> None:
