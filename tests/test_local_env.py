@@ -199,8 +199,7 @@ def test_a_map_with_no_line_of_the_projects_source_is_not_kept(
     "setup",
     [
         "pip install --no-build-isolation --no-deps -e .",
-        # The README's advice before: in a virtualenv pip refuses --user; here it works, in the run's.
-        "pip install --user --no-build-isolation --no-deps .",
+        "python -m pip install --no-build-isolation --no-deps .",
     ],
 )
 def test_setup_that_installs_the_project_leaves_the_contributors_install_alone(

@@ -4,10 +4,12 @@
 project's interpreter (``--python PATH``, else the active virtualenv, else the one paritybot runs
 on, said on stderr), never in it: each run gets a ``venv`` made by that interpreter, whose
 site-packages hold a ``.pth`` that appends the interpreter's own site-packages (so whatever the
-contributor installed imports, editable dependencies included). Its ``bin/`` is first on the
+contributor installed imports, editable dependencies included); it sees the installation's
+site-packages and the user's only where that interpreter does. Its ``bin/`` is first on the
 steps' ``PATH`` and holds a ``pip`` that runs in it, and ``PYTHONUSERBASE`` is inside it, so
-set-up commands (``pip install -e .``, ``python -m pip install .``, ``pip install --user .``)
-install into it: the contributor's environment is never written, nor byte-compiled into
+set-up commands (``pip install -e .``, ``python -m pip install .``, and ``pip install --user .``
+where the interpreter allows it) install into it: the contributor's environment is never
+written, nor byte-compiled into
 (``PYTHONPYCACHEPREFIX`` is inside it too). pip will not uninstall what lies outside the
 environment it runs in, so installing the project there leaves the contributor's install as it was.
 
@@ -58,9 +60,11 @@ BASE_PTH = "_paritybot_base.pth"
 _FACTS = """\
 import json, site, sys, sysconfig, importlib.util
 paths = sysconfig.get_paths()
+base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
 print(json.dumps({
     "executable": sys.executable, "version": sys.version, "prefix": sys.prefix,
-    "site": sorted({paths["purelib"], paths["platlib"]}),
+    "site": sorted({paths["purelib"], paths["platlib"]}) if sys.prefix != sys.base_prefix else [],
+    "system_site": base["purelib"] in sys.path,
     "user_site": site.getusersitepackages() if site.ENABLE_USER_SITE else None,
     "pip": importlib.util.find_spec("pip") is not None,
 }))
@@ -117,6 +121,9 @@ class Facts:
     version: str
     prefix: str
     site: list[str]
+    """A virtualenv's own site-packages (none for an installation's interpreter)."""
+    system_site: bool
+    """Whether the installation's own site-packages are visible (not in an isolated virtualenv)."""
     user_site: str | None
     pip: bool
 
@@ -142,10 +149,13 @@ def env_key(facts: Facts, tree: Path) -> str:
 
 
 def create_env(base: BaseInterpreter, facts: Facts, root: Path) -> None:
-    """A ``venv`` of ``base`` at ``root`` that sees base's packages after its own."""
+    """A ``venv`` of ``base`` at ``root`` that sees what base sees, after its own packages."""
     scratch = root.with_name(root.name + ".new")
     shutil.rmtree(scratch, ignore_errors=True)
-    argv = [base.python, "-m", "venv", "--system-site-packages", "--without-pip", str(scratch)]
+    # The installation's site-packages only where the base sees them too; then the user site is
+    # enabled, so `pip install --user` works as it does for the base, into PYTHONUSERBASE (ours).
+    system = ["--system-site-packages"] if facts.system_site else []
+    argv = [base.python, "-m", "venv", *system, "--without-pip", str(scratch)]
     made = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if made.returncode != 0:
         tail = (made.stderr or made.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -407,8 +417,11 @@ def _keep_build(tree: Path, cached: Path) -> None:
 
 
 def _copy_tree_files(cached: Path, tree: Path) -> None:
+    top = tree.resolve()
     for path in cached.rglob("*"):
         if path.is_file() and path.name != ".complete":
             target = tree / path.relative_to(cached)
             target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.resolve().is_relative_to(top):
+                continue  # a directory of the commit that is a link: nothing is written through it
             shutil.copy2(path, target)
