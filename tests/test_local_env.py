@@ -321,7 +321,7 @@ def cov_project(path: Path) -> GitRepo:
         {
             "covlib/__init__.py": "def triple(x):\n    return 3 * x\n",
             "tests/test_triple.py": "from covlib import triple\n\n\ndef test_triple():\n    assert triple(2) == 6\n",
-            "setup.cfg": "[tool:pytest]\naddopts = --cov=covlib --cov-report=\n",
+            "setup.cfg": "[tool:pytest]\naddopts = --cov=covlib --cov-report= -n 2\n",
             ".github/paritybot.yml": QUIET_CONFIG,
         }
     )
@@ -336,7 +336,7 @@ def test_pytest_cov_in_addopts_does_not_empty_the_map(tmp_path: Path) -> None:
     mapped = env.paritybot("coverage-map", "--repo", str(repo.path), "--runner", "host", home=tmp_path)
 
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
-    assert "turned off: pytest-cov (--no-cov)" in mapped.stdout
+    assert "turned off: pytest-cov (--no-cov), pytest-xdist (-n 0)" in mapped.stdout
     stored = stored_map(tmp_path)
     assert stored["tests"] == ["tests/test_triple.py::test_triple"]
     files = stored["files"]
