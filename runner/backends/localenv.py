@@ -22,9 +22,8 @@ tests run a probe asks the environment where each of the project's packages woul
 that resolves elsewhere (an import hook placed first) stops the run with one line naming the path.
 
 Compiled code (``.pyx``, or C/C++ sources with a build script) is built from the commit in the
-run's tree, with the project's own build script in this environment (``setup.py build_ext
---inplace``, else ``pip install --no-build-isolation --no-deps -e .``), and the extension modules
-it made are kept by a hash of the sources, so an unchanged commit copies them instead. A project
+run's tree, with the project's own build in this environment, before the first step; the modules
+are kept by a hash of the sources (:mod:`runner.backends.localbuild`). A project
 with compiled sources and no way to build them here stops the run saying so: never tested
 against whatever build happened to be importable.
 """
@@ -47,12 +46,16 @@ from typing import IO
 
 from runner.backends.base import RunnerError, RunnerInfo, Step, StepResult
 from runner.backends.host import HostRunner
+from runner.backends.localbuild import (
+    build_command,
+    build_key,
+    compiled_sources,
+    copy_build,
+    keep_build,
+    tracked_files,
+)
 
 DEPENDENCY_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "requirements-dev.txt")
-CYTHON_SUFFIXES = (".pyx", ".pxd", ".pxi")
-C_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp")
-BUILD_SCRIPTS = ("setup.py", "meson.build", "CMakeLists.txt")
-EXTENSION_SUFFIXES = (".so", ".pyd", ".dylib")
 # Steps that run the project's code as tests: the imports are proved before the first of them.
 PROVEN_STEPS = ("tests", "coverage-map")
 BASE_PTH = "_paritybot_base.pth"
@@ -83,7 +86,8 @@ for name in sys.argv[1:]:
 print("@@paritybot-where " + json.dumps(found))
 """
 
-_PIP_SHIM = '#!/bin/sh\n# pip of this environment: it installs here, never into the interpreter it is layered on.\nexec "$(dirname -- "$0")/python" -m pip "$@"\n'
+# pip of the run's environment: it installs there, never into the interpreter it is layered on.
+_PIP_SHIM = '#!/bin/sh\nexec "$(dirname -- "$0")/python" -m pip "$@"\n'
 _NO_PIP = '#!/bin/sh\necho "pip is not installed for {python}: install it there (python -m ensurepip), or use uv" >&2\nexit 1\n'
 
 
@@ -200,55 +204,6 @@ def project_packages(tree: Path) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def tracked_files(tree: Path) -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=tree, capture_output=True, timeout=120)
-    return [p for p in out.stdout.decode("utf-8", "replace").split("\0") if p]
-
-
-def compiled_sources(tree: Path, files: list[str]) -> list[str]:
-    """The commit's sources of compiled code: Cython files, or C/C++ files beside a build script."""
-    cython = [f for f in files if f.endswith(CYTHON_SUFFIXES)]
-    has_script = any((tree / s).is_file() for s in BUILD_SCRIPTS)
-    c_files = [f for f in files if f.endswith(C_SUFFIXES)] if has_script or cython else []
-    return sorted({*cython, *c_files})
-
-
-def build_command(tree: Path, facts: Facts) -> list[str] | None:
-    """How the project builds its extensions in place, with its own build script; None: no way here."""
-    if (tree / "setup.py").is_file():
-        return ["python", "setup.py", "build_ext", "--inplace"]
-    if (tree / "pyproject.toml").is_file() and facts.pip:
-        return [
-            "python",
-            "-m",
-            "pip",
-            "install",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-index",
-            "-e",
-            ".",
-        ]
-    return None
-
-
-def build_key(facts: Facts, tree: Path, sources: list[str]) -> str:
-    digest = hashlib.sha256(f"{facts.executable}\0{facts.version}".encode())
-    for rel in [*sources, *(s for s in (*BUILD_SCRIPTS, "pyproject.toml", "setup.cfg"))]:
-        path = tree / rel
-        if path.is_file() and not path.is_symlink():
-            digest.update(f"\0{rel}\0".encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def built_extensions(tree: Path) -> list[str]:
-    """Extension modules in the tree that git does not track: what a build made."""
-    out = subprocess.run(
-        ["git", "ls-files", "-z", "--others"], cwd=tree, capture_output=True, timeout=120
-    ).stdout.decode("utf-8", "replace")
-    return sorted(p for p in out.split("\0") if p.endswith(EXTENSION_SUFFIXES) and "/build/" not in f"/{p}")
-
-
 def outside_tree(found: Mapping[str, list[str]], tree: Path) -> tuple[str, str] | None:
     """The first package whose location is not inside ``tree``, with that location."""
     top = tree.resolve()
@@ -347,7 +302,7 @@ class RunEnvRunner:
         if not sources:
             return
         assert self._facts is not None
-        command = build_command(tree, self._facts)
+        command = build_command(tree, self._facts.pip)
         if command is None:
             raise LocalEnvError(
                 f"the commit has compiled sources ({', '.join(sources[:3])}) and no way to build them "
@@ -355,9 +310,11 @@ class RunEnvRunner:
                 "another build"
             )
         self._info.build = [" ".join(command)]
-        cached = self._builds_root / build_key(self._facts, tree, sources)
+        cached = self._builds_root / build_key(
+            f"{self._facts.executable}\0{self._facts.version}", tree, sources
+        )
         if (cached / ".complete").is_file():
-            await asyncio.to_thread(_copy_tree_files, cached, tree)
+            await asyncio.to_thread(copy_build, cached, tree)
             self._say(f"build: compiled code of the commit from the cache ({cached})")
             return
         step = Step(name="build", argv=command, timeout_s=3600)
@@ -368,7 +325,7 @@ class RunEnvRunner:
                 f"compiled code of the commit did not build (`{' '.join(command)}`: "
                 f"{result.describe_failure()}): {tail}"
             )
-        await asyncio.to_thread(_keep_build, tree, cached)
+        await asyncio.to_thread(keep_build, tree, cached)
         self._say(f"build: compiled code of the commit built with `{' '.join(command)}`")
 
     async def _prove(self, tree: Path) -> None:
@@ -401,27 +358,3 @@ class RunEnvRunner:
         if self._prepared is not None:
             with contextlib.suppress(OSError):
                 self._prepared.lock.close()  # closing the file releases the lock
-
-
-def _keep_build(tree: Path, cached: Path) -> None:
-    scratch = cached.with_name(cached.name + ".new")
-    shutil.rmtree(scratch, ignore_errors=True)
-    for rel in built_extensions(tree):
-        target = scratch / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(tree / rel, target)
-    scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / ".complete").write_text("")
-    shutil.rmtree(cached, ignore_errors=True)
-    os.replace(scratch, cached)
-
-
-def _copy_tree_files(cached: Path, tree: Path) -> None:
-    top = tree.resolve()
-    for path in cached.rglob("*"):
-        if path.is_file() and path.name != ".complete":
-            target = tree / path.relative_to(cached)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if not target.parent.resolve().is_relative_to(top):
-                continue  # a directory of the commit that is a link: nothing is written through it
-            shutil.copy2(path, target)
