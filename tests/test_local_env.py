@@ -76,6 +76,8 @@ def test_src_layout_installed_editable_tests_the_commit_not_the_working_copy(
     assert "Tests: 1 passed" in done.stdout
     assert f"python: {contributor.python} (the active virtualenv" in done.stderr
     unchanged(contributor, before)
+    (env,) = (tmp_path / "cache" / "paritybot" / "envs").glob("*/pycache")
+    assert not [p for p in env.rglob("*.pyc") if "runs" in p.parts]  # the run's tree left no byte code
 
     mapped = contributor.paritybot(
         "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", home=tmp_path

@@ -217,8 +217,15 @@ def outside_tree(found: Mapping[str, list[str]], tree: Path) -> tuple[str, str] 
 @dataclass
 class _Prepared:
     root: Path
+    tree: Path
     lock: IO[str]
     variables: dict[str, str] = field(default_factory=dict)
+
+    def forget_tree(self) -> None:
+        """Remove the byte code of the run's tree from the environment's cache: the tree is gone
+        after the run, and the next run's has another path. The base's byte code stays."""
+        for path in {str(self.tree), str(self.tree.resolve())}:
+            shutil.rmtree(self.root / "pycache" / path.lstrip(os.sep), ignore_errors=True)
 
 
 class RunEnvRunner:
@@ -293,7 +300,7 @@ class RunEnvRunner:
             "PYTHONUSERBASE": str(root / "user"),
             "PYTHONPYCACHEPREFIX": str(root / "pycache"),
         }
-        return _Prepared(root, lock, variables)
+        return _Prepared(root, tree, lock, variables)
 
     async def _build(self, tree: Path) -> None:
         """Build the commit's compiled code in its tree, or copy the build of the same sources."""
@@ -356,5 +363,6 @@ class RunEnvRunner:
     async def close(self) -> None:
         await self._inner.close()
         if self._prepared is not None:
+            await asyncio.to_thread(self._prepared.forget_tree)
             with contextlib.suppress(OSError):
                 self._prepared.lock.close()  # closing the file releases the lock
