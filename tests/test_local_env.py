@@ -398,3 +398,29 @@ def test_cov_in_addopts_without_pytest_cov_names_the_package(
 )
 def test_an_option_of_a_missing_plugin_names_the_package(output: str, expected: list[str]) -> None:
     assert missing_plugins(output) == expected
+
+
+def test_a_python_that_is_none_is_one_line(tmp_path: Path) -> None:
+    repo = src_layout_project(tmp_path / "proj")
+
+    missing = run_cli("check", "--repo", str(repo.path), "--python", str(tmp_path / "nope"), home=tmp_path)
+    not_python = run_cli(
+        "check",
+        "--repo",
+        str(repo.path),
+        "--base",
+        "main",
+        "--runner",
+        "host",
+        "--python",
+        "false",
+        home=tmp_path,
+    )
+
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"paritybot: --python {tmp_path / 'nope'}: no such interpreter"
+    assert not_python.returncode == 2
+    assert (
+        "(--python) is not a Python 3 interpreter paritybot can use: exit code 1, no output"
+        in not_python.stdout
+    )

@@ -133,13 +133,18 @@ class Facts:
 
 
 def interpreter_facts(base: BaseInterpreter) -> Facts:
+    """What the run's environment needs to know of the base interpreter (it is asked, once)."""
     try:
-        out = subprocess.run(
-            [base.python, "-c", _FACTS], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-        return Facts(**json.loads(out.strip().splitlines()[-1]))
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError, TypeError) as exc:
+        done = subprocess.run([base.python, "-c", _FACTS], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
         raise LocalEnvError(f"the interpreter {base.describe()} does not run: {exc}") from None
+    try:
+        return Facts(**json.loads(done.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        said = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}, no output"])[-1]
+        raise LocalEnvError(
+            f"{base.describe()} is not a Python 3 interpreter paritybot can use: {said}"
+        ) from None
 
 
 def env_key(facts: Facts, tree: Path) -> str:
