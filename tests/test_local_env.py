@@ -53,6 +53,11 @@ def unchanged(env: ContributorEnv, before: tuple[str, dict[str, str]]) -> None:
     assert not changed, f"the contributor's environment changed: {sorted(changed)[:10]}"
 
 
+def host_check(repo: GitRepo) -> list[str]:
+    """`paritybot check` of the checked-out branch against main, on this machine."""
+    return ["check", "--repo", str(repo.path), "--base", "main", "--runner", "host"]
+
+
 def stored_map(home: Path) -> dict[str, object]:
     (path,) = (home / "cache" / "paritybot" / "checkouts").glob("*/coverage/*.json.gz")
     data: dict[str, object] = json.loads(gzip.decompress(path.read_bytes()))
@@ -68,9 +73,7 @@ def test_src_layout_installed_editable_tests_the_commit_not_the_working_copy(
     (repo.path / "src/mylib/__init__.py").write_text("raise RuntimeError('half-done edit')\n")
     before = contributor.fingerprint()
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Tests: 1 passed" in done.stdout
@@ -112,13 +115,7 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
     option = ["--python", contributor.python] if chosen_by == "--python" else []
 
     done = run_cli(
-        "check",
-        "--repo",
-        str(repo.path),
-        "--base",
-        "main",
-        "--runner",
-        "host",
+        *host_check(repo),
         *option,
         home=tmp_path,
         env=where,
@@ -156,9 +153,7 @@ def test_a_package_an_import_hook_serves_from_elsewhere_stops_the_run(
     (contributor.site / "_mylib_hook.pth").write_text("import _mylib_hook\n")
     before = contributor.fingerprint()
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert (
@@ -217,9 +212,7 @@ def test_setup_that_installs_the_project_leaves_the_contributors_install_alone(
     contributor.run("-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "-e", str(repo.path))
     before = contributor.fingerprint()
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Tests: 1 passed" in done.stdout
@@ -272,9 +265,7 @@ def test_a_changed_extension_is_built_from_the_commit(tmp_path: Path, contributo
     repo.git("checkout", "-q", "change")
     before = contributor.fingerprint()
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 1, done.stdout + done.stderr  # the off-by-one test, and only it
     assert "Tests: 1 passed · 1 failed" in done.stdout
@@ -283,9 +274,7 @@ def test_a_changed_extension_is_built_from_the_commit(tmp_path: Path, contributo
     assert "compiled code of the commit built" in done.stderr
     unchanged(contributor, before)
 
-    again = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    again = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert "Tests: 1 passed · 1 failed" in again.stdout
     assert "compiled code of the commit from the cache" in again.stderr
@@ -308,9 +297,7 @@ def test_compiled_sources_with_no_way_to_build_them_are_said_plainly(
     repo.git("checkout", "-q", "-b", "change")
     repo.commit({"fast/core.pyx": "def answer():\n    return 42\n"})
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "fast/core.pyx" in done.stdout and "no way to build them here" in done.stdout
@@ -361,9 +348,7 @@ def test_cov_in_addopts_without_pytest_cov_names_the_package(
     repo.git("checkout", "-q", "-b", "change")
     repo.commit({"covlib/__init__.py": "def triple(x):\n    return x * 3\n"})
 
-    done = contributor.paritybot(
-        "check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path
-    )
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert "--cov needs pytest-cov: install it (pip install pytest-cov)" in done.stdout
     unchanged(contributor, before)
@@ -405,13 +390,7 @@ def test_a_python_that_is_none_is_one_line(tmp_path: Path) -> None:
 
     missing = run_cli("check", "--repo", str(repo.path), "--python", str(tmp_path / "nope"), home=tmp_path)
     not_python = run_cli(
-        "check",
-        "--repo",
-        str(repo.path),
-        "--base",
-        "main",
-        "--runner",
-        "host",
+        *host_check(repo),
         "--python",
         "false",
         home=tmp_path,
