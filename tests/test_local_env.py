@@ -282,6 +282,37 @@ def test_a_changed_extension_is_built_from_the_commit(tmp_path: Path, contributo
     unchanged(contributor, before)
 
 
+def test_an_extension_declared_in_pyproject_is_built_with_its_backend(
+    tmp_path: Path, contributor: ContributorEnv
+) -> None:
+    repo = GitRepo(tmp_path / "proj")
+    repo.commit(
+        {
+            "pyproject.toml": SETUPTOOLS + '[project]\nname = "cext"\nversion = "0.1"\n[tool.setuptools]\n'
+            'packages = ["cext"]\next-modules = [{name = "cext._speed", sources = ["cext/_speed.c"]}]\n',
+            "cext/__init__.py": "from cext._speed import answer\n",
+            "cext/_speed.c": C_SOURCE.replace("@VALUE@", "41"),
+            "tests/test_answer.py": "from cext import answer\n\n\ndef test_answer():\n    assert answer() == 41\n",
+            ".github/paritybot.yml": QUIET_CONFIG,
+        }
+    )
+    repo.git("checkout", "-q", "-b", "change")
+    repo.commit(
+        {
+            "cext/_speed.c": C_SOURCE.replace("@VALUE@", "42"),
+            "tests/test_answer.py": "from cext import answer\n\n\ndef test_answer():\n    assert answer() == 42\n",
+        }
+    )
+    before = contributor.fingerprint()
+
+    done = contributor.paritybot(*host_check(repo), home=tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Tests: 1 passed" in done.stdout
+    assert "built with `python -m pip install --no-build-isolation --no-deps --no-index -e .`" in done.stderr
+    unchanged(contributor, before)
+
+
 def test_compiled_sources_with_no_way_to_build_them_are_said_plainly(
     tmp_path: Path, contributor: ContributorEnv
 ) -> None:

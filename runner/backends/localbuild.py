@@ -19,6 +19,8 @@ from pathlib import Path
 CYTHON_SUFFIXES = (".pyx", ".pxd", ".pxi")
 C_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp")
 BUILD_SCRIPTS = ("setup.py", "meson.build", "CMakeLists.txt")
+# What a pyproject.toml that builds compiled code without a script of its own says.
+COMPILED_MARKERS = ("ext-modules", "scikit_build_core", "mesonpy")
 EXTENSION_SUFFIXES = (".so", ".pyd", ".dylib")
 PIP_BUILD = ("python", "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-e", ".")
 
@@ -29,10 +31,21 @@ def tracked_files(tree: Path) -> list[str]:
     return [p for p in out.stdout.decode("utf-8", "replace").split("\0") if p]
 
 
+def _declares_extensions(tree: Path) -> bool:
+    """Whether the project has a build script, or a pyproject.toml that builds compiled code."""
+    if any((tree / s).is_file() for s in BUILD_SCRIPTS):
+        return True
+    pyproject = tree / "pyproject.toml"
+    if not pyproject.is_file() or pyproject.is_symlink():
+        return False
+    text = pyproject.read_text(errors="replace")
+    return any(marker in text for marker in COMPILED_MARKERS)
+
+
 def compiled_sources(tree: Path, files: list[str]) -> list[str]:
     """The commit's sources of compiled code: Cython files, or C/C++ files beside a build script."""
     cython = [f for f in files if f.endswith(CYTHON_SUFFIXES)]
-    has_script = any((tree / s).is_file() for s in BUILD_SCRIPTS)
+    has_script = _declares_extensions(tree)
     c_files = [f for f in files if f.endswith(C_SUFFIXES)] if has_script or cython else []
     return sorted({*cython, *c_files})
 
