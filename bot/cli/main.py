@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from runner.backends.choice import RunnerMode
 
 
+PYTHON_HELP = (
+    "the project's interpreter; the run gets an environment of its own layered on it "
+    "(default: the active virtualenv, else paritybot's own)"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paritybot", description="GPU CI parity checks for pull requests")
     sub = p.add_subparsers(dest="command", required=True)
@@ -66,10 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: the environment's image when a container engine answers, else this machine's "
         "host (said before anything runs); docker: a container or nothing",
     )
-    c.add_argument(
-        "--python",
-        help="the project's interpreter, which the run's own environment is layered on (default: the active virtualenv, else paritybot's)",
-    )
+    c.add_argument("--python", help=PYTHON_HELP)
     c.add_argument("--image", help="run in this container image instead of the environment's")
     c.add_argument("--gpus", help="with --image: all, none, a count, or device ids (a,b)")
     c.add_argument("--pr-body", type=Path, help="a PR description (with collect_env output) to compare with")
@@ -83,10 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--rev", default="HEAD", help="the commit to map (default: HEAD)")
     m.add_argument("--env", dest="environment", help="environment name from the config")
     m.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
-    m.add_argument(
-        "--python",
-        help="the project's interpreter, which the run's own environment is layered on (default: the active virtualenv, else paritybot's)",
-    )
+    m.add_argument("--python", help=PYTHON_HELP)
 
     cfg = sub.add_parser("config", help="the repository config (.github/paritybot.yml)")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
@@ -105,10 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--base", required=True, help="what the change is compared with (its merge base is used)")
     pf.add_argument("--head", default="HEAD", help="the commit to compare (default: HEAD)")
     pf.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
-    pf.add_argument(
-        "--python",
-        help="the project's interpreter, which the run's own environment is layered on (default: the active virtualenv, else paritybot's)",
-    )
+    pf.add_argument("--python", help=PYTHON_HELP)
     pf.add_argument(
         "--affected", action="store_true", help="only the pytest benchmarks the change can affect, with why"
     )
