@@ -46,6 +46,7 @@ from runner.backends.base import (
 )
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
+from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
@@ -433,7 +434,7 @@ class Pipeline:
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
-            setup=list(self.environment.setup),
+            setup=[*info.build, *self.environment.setup],
             docker_options=["--shm-size", info.shm_size] if info.kind == "docker" and info.shm_size else [],
         )
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
@@ -520,6 +521,16 @@ class Pipeline:
         report.coverage_map = cmap.health
         if cmap.health is not None and not cmap.health.usable:
             # An empty map would pass for one that knows every test runs nothing: keep none.
-            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})"
+            report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})" + plugin_hint(
+                result.output
+            )
+            return
+        if not cmap.source_files():
+            # Tests ran, but none ran the project's code as this tree holds it: the same as empty.
+            report.error = (
+                "coverage map not recorded: no test ran a line of the project's source in the run's "
+                "tree (the project's code was imported from elsewhere, or no test calls it)"
+                + (f" ({cmap.health.describe()})" if cmap.health is not None else "")
+            )
             return
         CoverageMapStore(self._coverage_dir()).save(ws.head_sha, cmap)

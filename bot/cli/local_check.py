@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bot.cli.checkout import UsageError, cache_dir, commit_of, coverage_dir, open_checkout
+from bot.cli.checkout import UsageError, cache_dir, cache_root, commit_of, coverage_dir, open_checkout
 from bot.core.config import (
     CONFIG_PATH,
     ConfigError,
@@ -31,6 +31,8 @@ from bot.render.comment import render_comment
 from runner import gitdiff
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
 from runner.backends.choice import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
+from runner.backends.host import HostRunner
+from runner.backends.localenv import BaseInterpreter, RunEnvRunner
 from runner.git import GitError, git
 from runner.pipeline import Pipeline, PipelineDeps
 
@@ -132,6 +134,22 @@ def announcing(factory: RunnerFactory) -> RunnerFactory:
         else:
             print(f"runner: {info.kind} ({info.reason})", file=sys.stderr)
         return runner
+
+    return make
+
+
+def in_own_environment(factory: RunnerFactory, base: BaseInterpreter) -> RunnerFactory:
+    """Each host run in a throwaway environment layered on ``base``, made for the commit; the
+    contributor's own environment is never written (runner/backends/localenv.py)."""
+
+    async def make(request: RunnerRequest) -> Runner:
+        runner = await factory(request)
+        if not isinstance(runner, HostRunner):
+            return runner  # a container already runs in the image's own environment
+        root = cache_root()
+        return RunEnvRunner(
+            runner, base, root / "envs", root / "builds", say=lambda line: print(line, file=sys.stderr)
+        )
 
     return make
 

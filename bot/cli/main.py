@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from runner.backends.choice import RunnerMode
 
 
+PYTHON_HELP = (
+    "the project's interpreter; the run gets an environment of its own layered on it "
+    "(default: the active virtualenv, else paritybot's own)"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paritybot", description="GPU CI parity checks for pull requests")
     p.add_argument("--version", action="version", version=f"paritybot {VERSION}")
@@ -73,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: the environment's image when a container engine answers, else this machine's "
         "host (said before anything runs); docker: a container or nothing",
     )
+    c.add_argument("--python", help=PYTHON_HELP)
     c.add_argument("--image", help="run in this container image instead of the environment's")
     c.add_argument("--gpus", help="with --image: all, none, a count, or device ids (a,b)")
     c.add_argument("--pr-body", type=Path, help="a PR description (with collect_env output) to compare with")
@@ -86,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--rev", default="HEAD", help="the commit to map (default: HEAD)")
     m.add_argument("--env", dest="environment", help="environment name from the config")
     m.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    m.add_argument("--python", help=PYTHON_HELP)
 
     cfg = sub.add_parser("config", help="the repository config (.github/paritybot.yml)")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
@@ -104,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--base", required=True, help="what the change is compared with (its merge base is used)")
     pf.add_argument("--head", default="HEAD", help="the commit to compare (default: HEAD)")
     pf.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
+    pf.add_argument("--python", help=PYTHON_HELP)
     pf.add_argument(
         "--affected", action="store_true", help="only the pytest benchmarks the change can affect, with why"
     )
@@ -146,7 +155,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "perf":
         from bot.cli.perf import perf_main
 
-        runners = _local_runners(args.runner)
+        runners = _local_runners(args.runner, args.python)
         return asyncio.run(perf_main(args.repo, args.base, args.head, runners, affected=args.affected))
     if args.command == "env":
         from bot.cli.env import env_parse_main
@@ -195,11 +204,18 @@ def _fleet(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
-def _local_runners(mode: RunnerMode) -> RunnerFactory:
-    from bot.cli.local_check import announcing, check_policy
-    from runner.backends.choice import runner_factory
+def _local_runners(mode: RunnerMode, python: str | None = None) -> RunnerFactory:
+    import os
 
-    return announcing(runner_factory(check_policy(mode)))
+    from bot.cli.local_check import announcing, check_policy, in_own_environment
+    from runner.backends.choice import runner_factory
+    from runner.backends.localenv import LocalEnvError, choose_base
+
+    try:
+        base = choose_base(python, os.environ)
+    except LocalEnvError as exc:
+        raise UsageError(str(exc)) from None
+    return in_own_environment(announcing(runner_factory(check_policy(mode))), base)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -221,7 +237,7 @@ def _check(args: argparse.Namespace) -> int:
             repo,
             base=base,
             head=head,
-            runner_factory=_local_runners(args.runner),
+            runner_factory=_local_runners(args.runner, args.python),
             environment=args.environment,
             config_file=args.config,
             pr_body=pr_body,
@@ -249,7 +265,7 @@ def _coverage_map(args: argparse.Namespace) -> int:
             args.repo,
             base=None,
             head=args.rev,
-            runner_factory=_local_runners(args.runner),
+            runner_factory=_local_runners(args.runner, args.python),
             environment=args.environment,
             kind=RunKind.BASELINE,
         )

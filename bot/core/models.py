@@ -232,6 +232,9 @@ class CoverageMapHealth(Model):
         default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
     )
     exit_code: int | None = None
+    turned_off: list[str] = Field(
+        default_factory=list, description="the project's pytest plugins turned off so the map records"
+    )
 
     @property
     def usable(self) -> bool:
@@ -254,6 +257,8 @@ class CoverageMapHealth(Model):
             line += f"; {count} module{'s' if count != 1 else ''} did not collect: {shown}{more}"
         if self.not_run:
             line += f"; tests of {len(self.not_run)} file(s) did not run: {', '.join(self.not_run[:3])}"
+        if self.turned_off:
+            line += f"; turned off: {', '.join(self.turned_off)}"
         return line
 
 

@@ -136,6 +136,9 @@ class RunnerInfo(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     memory: str | None = Field(None, description="the step containers' memory limit (docker syntax)")
     shm_size: str | None = Field(None, description="the step containers' /dev/shm size (docker syntax)")
+    build: list[str] = Field(
+        default_factory=list, description="commands the runner ran to build the commit's compiled code"
+    )
 
 
 class Runner(Protocol):

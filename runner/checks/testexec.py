@@ -31,6 +31,7 @@ from bot.core.models import CollectionError, TestCaseResult, TestOutcome
 from runner import gitdiff
 from runner.backends.base import SCRATCH_DIR, Runner, RunnerError, Step
 from runner.checks.junit import JUnitCase, JUnitError, parse_junit
+from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext, repro_commands
 
 log = structlog.get_logger(__name__)
@@ -256,7 +257,8 @@ async def _run_attempt(
         text = result.collected.get(junit)
         if text is None:
             raise TestRunError(
-                f"pytest exited with code {result.exit_code} and wrote no report:\n{_tail(result.output)}",
+                f"pytest exited with code {result.exit_code} and wrote no report:\n{_tail(result.output)}"
+                + plugin_hint(result.output),
                 result.output,
             )
         try:

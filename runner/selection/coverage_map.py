@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bot.core.config import TestSettings
 from bot.core.models import CoverageMapHealth
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
+from runner.checks.pytest_plugins import plugin_hint
 
 log = structlog.get_logger(__name__)
 
@@ -110,6 +111,11 @@ class CoverageMap(BaseModel):
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 
+    def source_files(self) -> list[str]:
+        """Files of the project, other than the tests' own, that some test ran a line of."""
+        test_files = {t.split("::")[0] for t in self.tests}
+        return [path for path in self.files if path not in test_files]
+
     def knows(self, path: str) -> bool:
         """Whether the map has any record of the file (run by a test or while importing)."""
         return path in self.files or path in self.import_lines or path in self.imported_by
@@ -122,7 +128,7 @@ class CoverageMap(BaseModel):
 # anything of the project, switches the context at each test, and writes the map as JSON.
 _DRIVER = """\
 \"\"\"Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON.\"\"\"
-import ast, importlib, json, os, sys
+import ast, importlib, importlib.util, json, os, sys
 
 import coverage
 import pytest
@@ -228,6 +234,16 @@ class MapPlugin:
         cov.switch_context("")
 
 
+# Plugins that would record coverage themselves, or run the tests in other processes, take the
+# tests away from this process's coverage: the map would be empty. Turned off, and said so.
+TURNED_OFF = []
+if importlib.util.find_spec("pytest_cov") is not None:
+    ARGS += ["--no-cov"]
+    TURNED_OFF.append("pytest-cov (--no-cov)")
+if importlib.util.find_spec("xdist") is not None:
+    ARGS += ["-n", "0", "--dist", "no"]
+    TURNED_OFF.append("pytest-xdist (-n 0)")
+
 plugin = MapPlugin()
 try:
     code = pytest.main(ARGS, plugins=[plugin])
@@ -263,6 +279,7 @@ health = {
     "collection_errors": plugin.errors,
     "not_run": not_run,
     "exit_code": int(code),
+    "turned_off": TURNED_OFF,
 }
 doc = {"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines,
        "imported_by": imported_by, "health": health}
@@ -316,7 +333,9 @@ def coverage_map_from_step(result: StepResult, commit: str | None = None) -> Cov
     text = result.collected.get(OUTPUT_PATH)
     if text is None:
         tail = "\n".join(result.output.strip().splitlines()[-10:])
-        raise CoverageMapError(f"no coverage map was written ({result.describe_failure()}):\n{tail}")
+        raise CoverageMapError(
+            f"no coverage map was written ({result.describe_failure()}):\n{tail}{plugin_hint(result.output)}"
+        )
     cmap = parse_coverage_db(text)
     cmap.commit = commit
     return cmap
