@@ -29,20 +29,18 @@ from docker_support import (
 from bot.core.config import Environment, ResourceLimits
 from bot.core.secrets import redact
 from runner.backends.base import RunnerError, Step, ToolStore
-from runner.backends.docker import (
-    DockerRunner,
+from runner.backends.docker import DockerRunner
+from runner.backends.docker_engine import remove_orphans
+from runner.backends.docker_image import parse_user, pick_repo_digest, store_volume_name
+from runner.backends.docker_limits import (
     EffectiveLimits,
-    OutputBuffer,
     device_requests,
     effective_limits,
     gpus_flag,
     human_size,
-    parse_user,
-    pick_repo_digest,
-    remove_orphans,
-    store_volume_name,
     workspace_limit,
 )
+from runner.backends.docker_output import OutputBuffer
 
 __all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixtures, imported for pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -44,7 +44,7 @@ from handlers.context import HandlerContext
 from handlers.routing import router
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
-from runner.backends.docker import remove_orphans
+from runner.backends.docker_engine import remove_orphans
 from runner.backends.host import kill_leftovers
 from runner.workspace import remove_stale_workspaces
 
