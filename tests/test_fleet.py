@@ -20,7 +20,7 @@ from postgres_support import pg_url
 
 from bot.core.models import RunState
 from bot.service.fleet.agent import FENCED_EXIT
-from bot.service.store.records import DeliveryStatus
+from bot.service.store.records import DeliveryStatus, Job
 
 __all__ = ["docker_client", "pg_url", "test_image"]  # fixtures, imported for pytest
 pytestmark = pytest.mark.postgres
@@ -317,3 +317,42 @@ async def test_an_agent_stopped_mid_run_gives_its_run_back_to_the_queue(one_env:
     ]
     assert "run queued again for another agent" in leaving.output()
     assert len(fleet.bot_comments()) == 1
+
+
+@pytest.mark.docker
+async def test_an_agent_restarting_on_the_engine_of_a_running_neighbour_leaves_its_run_alone(
+    one_env: Fleet, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    """Two agents share one engine (an agent per GPU); one restarts while the other runs a job: the
+    restarted agent removes what it left itself, never its live neighbour's containers or volume."""
+    fleet = one_env
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-a", "cuda12.1", mode="runner", step_s=8, STUB_IMAGE=test_image)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    (job,) = await wait_jobs(fleet, 1)
+
+    def containers() -> list[object]:
+        return docker_client.containers.list(filters={"label": f"paritybot.run-id={job.id}"})
+
+    await fleet.wait_for("the run's container", lambda: len(containers()) == 1)
+    neighbour = await fleet.start_agent("gpu-b", "cuda12.1", mode="runner", STUB_IMAGE=test_image)
+    neighbour.kill()
+    neighbour.popen.wait()
+    restarted = await fleet.start_agent("gpu-b", "cuda12.1", mode="runner", STUB_IMAGE=test_image)
+    await fleet.wait_for(
+        "the restarted agent's start-up clean-up",
+        lambda: "container runner" not in restarted.output() and "agent ready" in restarted.output(),
+    )
+    assert containers(), "the restarted agent removed its neighbour's running container"
+
+    (done,) = await fleet.wait_settled(1)
+    assert done.state == RunState.SUCCEEDED, done.error
+    assert done.attempts == 1
+    (end,) = [e for e in fleet.events() if e["event"] == "end"]
+    assert end["agent"] == "gpu-a" and end["error"] is None
+    assert docker_client.volumes.list(filters={"label": f"paritybot.run-id={job.id}"}) == []
+
+
+async def wait_jobs(fleet: Fleet, count: int) -> list[Job]:
+    await fleet.wait_for(f"{count} job(s)", lambda: len(fleet.jobs()) >= count)
+    return fleet.jobs()

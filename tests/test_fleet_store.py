@@ -103,7 +103,7 @@ def test_only_the_agent_that_still_owns_a_run_can_record_its_result(store: Fleet
 
     # The frozen agent comes back with its result: refused; its heartbeat tells it it was given up.
     assert store.finish_attempt(job.id, first, old_worker, report(job, "stub@gpu-a")) is False
-    assert store.agent_heartbeat(old_worker) is False
+    assert store.agent_heartbeat(old_worker, "an-instance") is False
     assert store.finish_attempt(job.id, second, new_worker, report(job, "stub@gpu-b")) is True
     done = store.get_job(job.id)
     kept = store.report(job.id)
@@ -114,10 +114,10 @@ def test_only_the_agent_that_still_owns_a_run_can_record_its_result(store: Fleet
 def test_an_agent_whose_worker_row_was_pruned_learns_it_at_its_next_heartbeat(store: FleetStore) -> None:
     worker = register(store)
     store.register_agent(worker, "gpu-a", "gpu-a", ["cuda12.1"], [], None)
-    assert store.agent_heartbeat(worker) is True
+    assert store.agent_heartbeat(worker, "an-instance") is True
     # What procrastinate does to workers silent past its timeout when another worker starts.
     store._query("SELECT * FROM procrastinate_prune_stalled_workers_v1(-1)")
-    assert store.agent_heartbeat(worker) is False
+    assert store.agent_heartbeat(worker, "an-instance") is False
 
 
 def test_a_result_is_refused_once_procrastinate_no_longer_shows_the_job_doing_for_that_worker(
@@ -237,7 +237,7 @@ def test_the_agents_role_runs_jobs_but_reads_no_delivery_pull_request_or_approva
                 agent._query("SELECT worker_id FROM procrastinate_register_worker_v1()")[0]["worker_id"]
             )
             agent.register_agent(worker, "gpu-a", "gpu-a", ["cuda12.1"], ["NVIDIA H100"], {"cpus": 8})
-            assert agent.agent_heartbeat(worker)
+            assert agent.agent_heartbeat(worker, "an-instance")
             queue_job = fetch(agent, worker)
             assert queue_job is not None
             assert agent.start_attempt(job.id, queue_job, worker, "gpu-a") is not None

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import tarfile
 import threading
@@ -95,6 +96,7 @@ from runner.backends.docker_limits import (
     workspace_limit,
 )
 from runner.backends.docker_output import OutputBuffer
+from runner.backends.ownership import OWNER_LABEL, Owner, this_process
 from runner.backends.workspace_watch import WorkspaceWatch
 
 log = structlog.get_logger(__name__)
@@ -144,11 +146,15 @@ class DockerRunner:
         output_limit: int = 200_000,
         on_output: OnOutput | None = None,
         owns_client: bool | None = None,
+        owner: Owner | None = None,
     ):
         if not environment.image:
             raise RunnerError(f"environment {environment.name} has no image; the container runner needs one")
         self.environment = environment
         self.run_id = run_id
+        # What this runner starts is labelled with its owner, so that a neighbour on the same
+        # engine that starts up leaves it alone while the owner lives (runner.backends.ownership).
+        self.owner = owner or this_process()
         self._client = client
         # A client made here, or handed over with owns_client=True, is closed with the runner.
         self._own_client = client is None if owns_client is None else owns_client
@@ -167,7 +173,9 @@ class DockerRunner:
         self._host_config: dict[str, Any] = {}
         self._workspace_limit = 0
         self._watch: WorkspaceWatch | None = None
-        self._run_volume = f"paritybot-run-{safe_name(run_id)}"
+        # Another owner may run another attempt of the same run on this engine: never the same volume.
+        owner_tag = hashlib.sha256(self.owner.label.encode()).hexdigest()[:8]
+        self._run_volume = f"paritybot-run-{safe_name(run_id)}-{owner_tag}"
         self._volumes_ready = False
         self._stores_ready: set[str] = set()
         self._copied: Path | None = None
@@ -435,9 +443,12 @@ class DockerRunner:
         return {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
 
     def _labels(self, role: str, **extra: str) -> dict[str, str]:
-        return {LABEL_MANAGED: "1", LABEL_RUN_ID: self.run_id, LABEL_ROLE: role} | {
-            f"paritybot.{k}": v for k, v in extra.items()
-        }
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_RUN_ID: self.run_id,
+            LABEL_ROLE: role,
+            OWNER_LABEL: self.owner.label,
+        } | {f"paritybot.{k}": v for k, v in extra.items()}
 
     async def _run_watched(self, step: Step, container: Container, started: float) -> StepResult:
         """The step under the workspace's watchdog (:mod:`runner.backends.workspace_watch`): the run's watcher,
@@ -588,11 +599,11 @@ class DockerRunner:
 
     def _remove_run_volume(self) -> None:
         # Containers of this run hold the volumes; remove any left by a step that crashed midway.
-        for container in self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
-        ):
+        # Only this owner's: another attempt of the run may be running elsewhere on the engine.
+        mine = {"label": [f"{LABEL_RUN_ID}={self.run_id}", f"{OWNER_LABEL}={self.owner.label}"]}
+        for container in self.client.containers.list(all=True, filters=mine):
             remove_container(container)
         # The workspace volume and every scratch step's volume.
-        for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
+        for volume in self.client.volumes.list(filters=mine):
             with contextlib.suppress(docker.errors.NotFound):
                 volume.remove(force=True)

@@ -1,6 +1,6 @@
 """The container runner's labels and the engine calls it makes on containers and volumes that may
 be gone already (a concurrent cancel, a clean-up): none of them raises for that. The removal of
-what runners that died left on the engine."""
+what runners that died left on the engine, by owner (:mod:`runner.backends.ownership`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import docker
 import docker.errors
 import structlog
 from docker.models.containers import Container
+
+from runner.backends.ownership import OWNER_LABEL, Liveness, Owner, leftover_is_removable, parse_owner
 
 log = structlog.get_logger(__name__)
 
@@ -67,29 +69,38 @@ def writable_volumes(container: Container) -> list[str]:
     return [m["Name"] for m in mounts if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
 
 
-def remove_orphans(client: docker.DockerClient, live_run_ids: set[str] | None = None) -> int:
-    """Remove containers and per-run volumes left by runners that died; returns the container count.
+def remove_leftovers(client: docker.DockerClient, me: Owner, alive: Liveness) -> tuple[int, int]:
+    """Remove the containers and per-run volumes of owners that are dead, as ``me`` judges
+    (:func:`runner.backends.ownership.leftover_is_removable`); returns how many of each. Store volumes are kept: they are meant to outlive runs.
 
-    Call it at start-up, before taking jobs, with the ids of runs still in progress elsewhere
-    (none, for a single runner). Store volumes are kept: they are meant to outlive runs.
+    Call it at start-up before taking jobs, and from time to time while running: a neighbour on
+    the same engine that died leaves its containers running until someone removes them.
     """
-    live = live_run_ids or set()
+    containers = client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+    volumes = [
+        v
+        for v in client.volumes.list(filters={"label": f"{LABEL_ROLE}=workspace"})
+        if (v.attrs.get("Labels") or {}).get(LABEL_MANAGED) == "1"
+    ]
+    labelled = [c.labels or {} for c in containers] + [v.attrs.get("Labels") or {} for v in volumes]
+    owners = {o for o in (parse_owner(labels.get(OWNER_LABEL)) for labels in labelled) if o is not None}
+    verdicts = {owner: (None if owner == me else alive(owner)) for owner in owners}
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
-        if container.labels.get(LABEL_RUN_ID) in live:
-            continue
-        remove_container(container)
-        removed += 1
-    volumes = 0
-    for volume in client.volumes.list(filters={"label": f"{LABEL_ROLE}=workspace"}):
-        labels = volume.attrs.get("Labels") or {}
-        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_RUN_ID) in live:
+    for container in containers:
+        if leftover_is_removable(container.labels or {}, me, verdicts):
+            remove_container(container)
+            removed += 1
+    gone = 0
+    for volume in volumes:
+        if not leftover_is_removable(volume.attrs.get("Labels") or {}, me, verdicts):
             continue
         try:
             volume.remove(force=True)
-            volumes += 1
+            gone += 1
+        except docker.errors.NotFound:
+            pass
         except docker.errors.APIError as exc:
             log.warning("could not remove an orphaned volume", volume=volume.name, error=api_error_text(exc))
-    if removed or volumes:
-        log.info("removed orphans", containers=removed, volumes=volumes)
-    return removed
+    if removed or gone:
+        log.info("removed what dead runners left", containers=removed, volumes=gone)
+    return removed, gone

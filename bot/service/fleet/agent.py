@@ -38,6 +38,7 @@ from procrastinate.worker import Worker
 from bot.core.models import EnvFacts, RunReport, RunState
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import Opener, SealError
+from bot.service.instance import Instance
 from bot.service.store.postgres import TASK_NAME
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.records import Job
@@ -69,8 +70,16 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, store: FleetStore, run_job: JobRunner, database_url: str):
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: FleetStore,
+        run_job: JobRunner,
+        database_url: str,
+        instance: Instance,
+    ):
         self.config = config
+        self.instance = instance
         self.store = store
         self.run_job = run_job
         self.database_url = database_url
@@ -114,6 +123,8 @@ class Agent:
                 if self.worker_id is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.to_thread(self.store.agent_stopped, self.worker_id)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.store.instance_stopped, self.instance.id)
 
     async def registered(self, worker_id: int) -> None:
         self.worker_id = worker_id
@@ -141,6 +152,7 @@ class Agent:
                 ),
                 name="reaper",
             ),
+            asyncio.create_task(self.instance.sweep_forever(), name="engine sweep"),
         ]
 
     # --- heartbeat and fencing --------------------------------------------------------------------
@@ -155,7 +167,8 @@ class Agent:
             return
         try:
             alive = await asyncio.wait_for(
-                asyncio.to_thread(self.store.agent_heartbeat, self.worker_id), self.config.heartbeat_s
+                asyncio.to_thread(self.store.agent_heartbeat, self.worker_id, self.instance.id),
+                self.config.heartbeat_s,
             )
         except Exception as exc:
             log.warning("heartbeat not written", error=f"{type(exc).__name__}: {exc}")

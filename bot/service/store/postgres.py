@@ -439,6 +439,34 @@ class PostgresStore:
         rows = self._query("SELECT pgid, boot_id, start_ticks, step FROM step_processes ORDER BY started_at")
         return [StepProcess(r["pgid"], r["boot_id"], r["start_ticks"], r["step"]) for r in rows]
 
+    # instances ------------------------------------------------------------------------------------
+
+    def register_instance(self, instance_id: str, kind: str, host: str, pid: int) -> None:
+        self._query(
+            "INSERT INTO instances (id, kind, host, pid) VALUES (%s, %s, %s, %s) RETURNING 1",
+            (instance_id, kind, host, pid),
+        )
+
+    def instance_heartbeat(self, instance_id: str) -> bool:
+        rows = self._query(
+            "UPDATE instances SET last_heartbeat = now() WHERE id = %s AND stopped_at IS NULL RETURNING 1",
+            (instance_id,),
+        )
+        return bool(rows)
+
+    def instance_stopped(self, instance_id: str) -> None:
+        self._query(
+            "UPDATE instances SET stopped_at = now() WHERE id = %s AND stopped_at IS NULL RETURNING 1",
+            (instance_id,),
+        )
+
+    def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
+        rows = self._query(
+            "SELECT id, stopped_at IS NULL AND last_heartbeat > now() - %s AS alive FROM instances WHERE id = ANY(%s)",
+            (timedelta(seconds=stalled_after_s), instance_ids),
+        )
+        return {r["id"]: bool(r["alive"]) for r in rows}
+
     # baselines ------------------------------------------------------------------------------------
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None:

@@ -79,7 +79,7 @@ class FleetStore(PostgresStore):
             (worker_id, host, name, labels, Jsonb(gpus), Jsonb(probe) if probe is not None else None),
         )
 
-    def agent_heartbeat(self, worker_id: int) -> bool:
+    def agent_heartbeat(self, worker_id: int, instance_id: str) -> bool:
         """Both heartbeats (procrastinate's and the agent's) in one transaction; False when the
         agent was given up meanwhile (the reaper gave its jobs away, or a starting worker pruned
         its procrastinate row): it must stop what it runs."""
@@ -93,6 +93,8 @@ class FleetStore(PostgresStore):
                 "UPDATE agents SET last_heartbeat = now() WHERE worker_id = %s AND lost_at IS NULL RETURNING 1",
                 (worker_id,),
             ).fetchone()
+            # The instance's own heartbeat: what it started on its engine stays while it beats.
+            c.execute("UPDATE instances SET last_heartbeat = now() WHERE id = %s", (instance_id,))
         return known is not None and alive is not None
 
     def agent_stopped(self, worker_id: int) -> None:
