@@ -320,3 +320,23 @@ def test_db_upgrade_makes_both_schemas_then_finds_nothing_to_do(pg_url: str, tmp
         f"paritybot schema {version}; procrastinate migrations applied: none needed\n"
     )
     assert "@" in first.stdout and "password" not in first.stdout
+
+
+def test_a_run_taken_back_from_a_dead_agent_goes_before_the_runs_waiting(store: FleetStore) -> None:
+    taken = enqueue(store, "a" * 40, "k-taken", pr=1)
+    dead, alive = register(store), register(store)
+    first = fetch(store, dead)
+    assert first == taken.queue_job_id
+    assert store.start_attempt(taken.id, first, dead, "gpu-a") is not None
+    # A backlog: other PRs' runs queued after it, waiting for a free agent.
+    waiting = [enqueue(store, f"{n:040x}", f"k-{n}", pr=10 + n) for n in range(3)]
+
+    stale(store, dead)
+    (reaped,) = store.reap(stalled_after_s=5, max_attempts=3)
+    assert reaped.outcome == "requeued"
+    rerun = store.get_job(taken.id)
+    assert rerun is not None and rerun.queue_job_id is not None
+    # The summaries say so, and the next free agent takes the rerun, not the oldest run waiting.
+    assert [store.queue_position(j.id) for j in (rerun, *waiting)] == [1, 2, 3, 4]
+    assert fetch(store, alive) == rerun.queue_job_id
+    assert [fetch(store, alive) for _ in waiting] == [w.queue_job_id for w in waiting]

@@ -40,6 +40,13 @@ JOBS_CHANNEL = "paritybot_jobs"
 DUE = "(pr_number IS NOT NULL)"
 
 
+# procrastinate's job priority: a run taken back from an agent that died, was fenced or stopped goes
+# to the front of its queue, so it runs again as soon as an agent of its labels is free, however
+# many runs wait (the deploy guide's promise: within PARITYBOT_STALLED_AFTER_S plus a heartbeat).
+FIRST_ATTEMPT = 0
+TAKEN_BACK = 100
+
+
 def queue_lock(repo: str, pr_number: int | None, environment: str) -> str:
     """procrastinate's lock and queueing lock of a job: one queued and one running per PR and
     environment (runs of the default branch share one per repository and environment)."""
@@ -223,19 +230,26 @@ class PostgresStore:
 
     @staticmethod
     def _defer(
-        c: psycopg.Connection[dict[str, Any]], job_id: str, queue: str, lock: str, *, queueing: bool
+        c: psycopg.Connection[dict[str, Any]],
+        job_id: str,
+        queue: str,
+        lock: str,
+        *,
+        queueing: bool,
+        priority: int = FIRST_ATTEMPT,
     ) -> int:
         """A new procrastinate job for ``job_id``; its insert trigger wakes the agents of ``queue``.
+        procrastinate hands out the highest ``priority`` first (then the oldest).
 
         With ``queueing``, the queueing lock keeps one queued job per PR and environment: a job
         queued there already (procrastinate's AlreadyEnqueued, a unique violation) is cancelled
         with its run, and this one deferred in its place. The caller holds the advisory lock.
         """
         defer = (
-            "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s, NULL)"
+            "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, %s, %s, %s, %s, NULL)"
             "::procrastinate_job_to_defer_v1])) AS id"
         )
-        args = (queue, TASK_NAME, lock, lock if queueing else None, Jsonb({"job_id": job_id}))
+        args = (queue, TASK_NAME, priority, lock, lock if queueing else None, Jsonb({"job_id": job_id}))
         try:
             with c.transaction():
                 row = c.execute(defer.encode(), args).fetchone()
@@ -343,9 +357,12 @@ class PostgresStore:
         return bool(rows and rows[0]["cancel_requested"])
 
     def queue_position(self, job_id: str) -> int | None:
+        # In the order agents take them: procrastinate's priority (runs taken back first), then age.
         rows = self._query(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.state = 'queued' AND o.queue = j.queue "
-            "AND o.seq <= j.seq) AS pos, j.state FROM jobs j WHERE j.id = %s",
+            "SELECT (SELECT count(*) FROM jobs o JOIN procrastinate_jobs oq ON oq.id = o.queue_job_id "
+            "WHERE o.state = 'queued' AND o.queue = j.queue AND (oq.priority > q.priority "
+            "OR (oq.priority = q.priority AND oq.id <= q.id))) AS pos, j.state "
+            "FROM jobs j LEFT JOIN procrastinate_jobs q ON q.id = j.queue_job_id WHERE j.id = %s",
             (job_id,),
         )
         if not rows or rows[0]["state"] != RunState.QUEUED.value:

@@ -17,7 +17,15 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from bot.core.models import RunReport, RunState
-from bot.service.store.postgres import DUE, JOBS_CHANNEL, PostgresStore, _job, _report_json, queue_lock
+from bot.service.store.postgres import (
+    DUE,
+    JOBS_CHANNEL,
+    TAKEN_BACK,
+    PostgresStore,
+    _job,
+    _report_json,
+    queue_lock,
+)
 from bot.service.store.records import Job
 
 # Besides JOBS_CHANNEL, agents and the service wake each other through these NOTIFY channels.
@@ -157,7 +165,8 @@ class FleetStore(PostgresStore):
     def _requeue(self, c: Any, row: dict[str, Any]) -> None:
         lock = queue_lock(row["repo"], row["pr_number"], row["environment"])
         # No queueing lock: a retry must not be refused because a newer run waits in the same place.
-        new = self._defer(c, row["id"], row["queue"], lock, queueing=False)
+        # First in line: it had its turn already (TAKEN_BACK).
+        new = self._defer(c, row["id"], row["queue"], lock, queueing=False, priority=TAKEN_BACK)
         c.execute(
             "UPDATE jobs SET state = 'queued', queue_job_id = %s, started_at = NULL, worker_id = NULL, "
             "host = NULL, report = NULL WHERE id = %s",
