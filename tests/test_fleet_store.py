@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -340,3 +341,27 @@ def test_a_run_taken_back_from_a_dead_agent_goes_before_the_runs_waiting(store: 
     assert [store.queue_position(j.id) for j in (rerun, *waiting)] == [1, 2, 3, 4]
     assert fetch(store, alive) == rerun.queue_job_id
     assert [fetch(store, alive) for _ in waiting] == [w.queue_job_id for w in waiting]
+
+
+def test_a_silent_replicas_deliveries_are_taken_over_before_their_lease_ends(pg_url: str) -> None:
+    lease, stalled = timedelta(minutes=10), timedelta(seconds=5)
+    one, other = (FleetStore(pg_url, delivery_lease=lease, stalled_after=stalled) for _ in range(2))
+    try:
+        one.register_instance("replica-1", "serve", "control", 1)
+        other.register_instance("replica-2", "serve", "control", 2)
+        assert one.record_delivery("d-1", "ping", b"{}")
+        (held,) = one.pending_deliveries()
+        assert held.delivery_id == "d-1"
+        # replica-1 beats: its delivery stays its own, however long it takes.
+        assert one.instance_heartbeat("replica-1")
+        assert other.pending_deliveries() == []
+        # replica-1 died: silent past the stalled rule, long before its lease would end.
+        one._query(
+            "UPDATE instances SET last_heartbeat = now() - interval '6 seconds' WHERE id = 'replica-1' RETURNING 1"
+        )
+        (taken,) = other.pending_deliveries()
+        assert taken.delivery_id == "d-1"
+        assert one.pending_deliveries() == []  # now replica-2's, which beats
+    finally:
+        one.close()
+        other.close()

@@ -197,7 +197,10 @@ async def _fleet_parts(
     (publishing only: the reaper takes back stalled runs) and the fleet's loops."""
     store = await asyncio.to_thread(
         partial(
-            FleetStore, settings.database_url, delivery_lease=timedelta(seconds=settings.delivery_lease_s)
+            FleetStore,
+            settings.database_url,
+            delivery_lease=timedelta(seconds=settings.delivery_lease_s),
+            stalled_after=timedelta(seconds=settings.stalled_after_s),
         )
     )
     instance = Instance(store, "serve", settings.heartbeat_s, settings.stalled_after_s)

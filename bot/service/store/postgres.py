@@ -31,6 +31,7 @@ from runner.backends.base import StepProcess
 TASK_NAME = "paritybot.run"
 # How long a serve replica keeps a delivery it is handling before another replica may take it.
 DELIVERY_LEASE = timedelta(minutes=2)
+STALLED_AFTER = timedelta(seconds=60)  # PARITYBOT_STALLED_AFTER_S's default
 LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
 # Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
@@ -67,9 +68,12 @@ class PostgresStore:
         migrate_schema: bool = True,
         pool_size: int = 8,
         delivery_lease: timedelta = DELIVERY_LEASE,
+        stalled_after: timedelta = STALLED_AFTER,
     ):
         self.url = url
         self.delivery_lease = delivery_lease
+        self.stalled_after = stalled_after
+        self.instance_id: str | None = None  # the replica this store leases deliveries to, once registered
         if migrate_schema:
             with psycopg.connect(url, autocommit=True) as conn:
                 self.schema_version, _ = migrate(conn, safe_url(url))
@@ -106,20 +110,25 @@ class PostgresStore:
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Due deliveries no live replica holds, now held by this one for its delivery lease.
 
+        A delivery is held until its lease ends or, sooner, until the replica holding it is silent
+        (no heartbeat for ``stalled_after``, as agents are judged; :mod:`bot.service.instance`):
+        a replica that died mid-delivery has its deliveries taken over in seconds.
         A replica takes at most LEASE_BATCH at a time, so deliveries spread over the replicas that
         are free rather than queueing behind the one that asked first."""
         limit = min(limit, LEASE_BATCH)
         rows = self._query(
-            "UPDATE deliveries SET leased_until = now() + %s WHERE delivery_id IN ("
+            "UPDATE deliveries SET leased_until = now() + %s, leased_by = %s WHERE delivery_id IN ("
             " SELECT d.delivery_id FROM deliveries d WHERE d.status = 'received'"
             " AND (d.not_before IS NULL OR d.not_before <= now())"
-            " AND (d.leased_until IS NULL OR d.leased_until <= now())"
+            " AND (d.leased_until IS NULL OR d.leased_until <= now() OR (d.leased_by IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = d.leased_by AND i.stopped_at IS NULL"
+            " AND i.last_heartbeat > now() - %s)))"
             # A PR's deliveries one after another, in order: an older one still to handle comes first.
             " AND (d.pr_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.pr_key = d.pr_key"
             " AND o.status = 'received' AND o.seq < d.seq))"
             " ORDER BY d.seq LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING delivery_id, event, body, received_at, attempts, seq",
-            (self.delivery_lease, limit),
+            (self.delivery_lease, self.instance_id, self.stalled_after, limit),
         )
         rows.sort(key=lambda r: r["seq"])
         return [
@@ -459,6 +468,7 @@ class PostgresStore:
     # instances ------------------------------------------------------------------------------------
 
     def register_instance(self, instance_id: str, kind: str, host: str, pid: int) -> None:
+        self.instance_id = instance_id
         self._query(
             "INSERT INTO instances (id, kind, host, pid) VALUES (%s, %s, %s, %s) RETURNING 1",
             (instance_id, kind, host, pid),
