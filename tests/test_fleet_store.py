@@ -9,8 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
