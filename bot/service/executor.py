@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +65,17 @@ class RunExecutor:
             else None
         )
         pr = job.pr_number
-        await _send_reports("queue positions", self._refresh_waiting(job))
+        await _send_reports("queue positions", partial(self._refresh_waiting, job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
             job = fresh or job
             await report_started(reporter, job)
         early = EarlyResults(self.store, job, reporter)
-        report = await self._execute(job, cancel, token, early)
-        await early.drain()
+        try:
+            report = await self._execute(job, cancel, token, early)
+        finally:
+            await early.drain()  # never left running behind the run, whatever ended it
         if not await asyncio.to_thread(
             self.store.finish, job.id, report.state, report, report.error, attempt=job.attempts
         ):
@@ -145,12 +148,13 @@ async def report_started(reporter: GitHubReporter, job: Job) -> None:
     assert job.pr_number is not None
     await _send_reports(
         "start",
-        reporter.sync_check_runs(
+        partial(
+            reporter.sync_check_runs,
             job,
             render_in_progress_output(job.environment, attempt=job.attempts),
             while_state=RunState.RUNNING,
         ),
-        reporter.refresh_summary(job.repo, job.pr_number),
+        partial(reporter.refresh_summary, job.repo, job.pr_number),
     )
 
 
@@ -203,16 +207,16 @@ async def run_pipeline(
             await stop
 
 
-async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
+async def _send_reports(what: str, *calls: Callable[[], Awaitable[Any]]) -> None:
     """Send reports one after another; a GitHub error is logged, and never loses the run's result,
-    which is in the store already and is sent again at the next refresh of the PR."""
-    for i, call in enumerate(calls):
+    which is in the store already and is sent again at the next refresh of the PR. Each call is
+    made only when its turn comes: one that never comes (an error, a cancelled task) leaves no
+    coroutine behind that nobody awaits."""
+    for call in calls:
         try:
-            await call
+            await call()
         except Exception:
             log.exception("reporting to GitHub failed", what=what)
-            for rest in calls[i + 1 :]:
-                rest.close()
             return
 
 
@@ -244,8 +248,8 @@ class EarlyResults:
         assert self.reporter is not None and self.job.pr_number is not None
         await _send_reports(
             "early results",
-            self.reporter.sync_check_runs(self.job, done, while_state=RunState.RUNNING),
-            self.reporter.refresh_summary(self.job.repo, self.job.pr_number),
+            partial(self.reporter.sync_check_runs, self.job, done, while_state=RunState.RUNNING),
+            partial(self.reporter.refresh_summary, self.job.repo, self.job.pr_number),
         )
 
     async def drain(self) -> None:
