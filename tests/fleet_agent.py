@@ -7,7 +7,8 @@ what the tests measure is the bot's own doing.
 The stub appends one JSON line per event to $STUB_EVENTS (start, end, stopped), waits $STUB_STEP_S
 seconds (in-process; with STUB_MODE=docker in a real container of $STUB_IMAGE, stopped when the
 run is cancelled; with STUB_MODE=runner in a container of the real container runner, owned by the
-agent's instance; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
+agent's instance; with STUB_MODE=early the docstrings check's result is reported at once, the rest
+after $STUB_STEP_S; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
 concurrency does not hang on the machine's speed), and returns a report naming the agent that ran it.
 """
 
@@ -23,11 +24,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.core.config import Environment
-from bot.core.models import EnvFacts, RunReport, RunState
+from bot.core.models import CheckStatus, DocstringResult, EnvFacts, RunReport, RunState
+from bot.service.fleet.agent import Progress
 from bot.service.fleet.run import run_agent
 from bot.service.logs import configure_logging
 from bot.service.settings import load_settings
@@ -60,12 +63,18 @@ def step_seconds(job: Job, default: float) -> float:
 
 
 def stub_runner(name: str, default_s: float, mode: str, owner: Owner):  # type: ignore[no-untyped-def]
-    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+    async def run(
+        job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
+    ) -> RunReport:
         digest = hashlib.sha256(token.encode()).hexdigest() if token else None
         step_s = step_seconds(job, default_s)
         event("start", job, name, pid=os.getpid(), token_sha256=digest)
         error = None
-        if mode == "docker":
+        if mode == "early":
+            # The docstrings check finishes first; the rest runs on for step_s.
+            await progress(stub_report(job, name, RunState.RUNNING, docstrings=FOUND_NOTHING))
+            stopped = await in_process(cancel, step_s)
+        elif mode == "docker":
             stopped = await in_container(job, cancel, step_s)
         elif mode == "runner":
             stopped, error = await in_runner(job, cancel, step_s, owner)
@@ -75,18 +84,25 @@ def stub_runner(name: str, default_s: float, mode: str, owner: Owner):  # type: 
             stopped = await in_process(cancel, step_s)
         event("stopped" if stopped else "end", job, name, error=error)
         state = RunState.CANCELLED if stopped else RunState.FAILED if error else RunState.SUCCEEDED
-        return RunReport(
-            run_id=job.id,
-            repo=job.repo,
-            pr_number=job.pr_number,
-            head_sha=job.head_sha,
-            environment=job.environment,
-            state=state,
-            runner=f"stub@{name}",
-            error="stopped: superseded" if stopped else error,
-        )
+        return stub_report(job, name, state, error="stopped: superseded" if stopped else error)
 
     return run
+
+
+FOUND_NOTHING = DocstringResult(status=CheckStatus.PASSED, checked=1)
+
+
+def stub_report(job: Job, name: str, state: RunState, **results: Any) -> RunReport:
+    return RunReport(
+        run_id=job.id,
+        repo=job.repo,
+        pr_number=job.pr_number,
+        head_sha=job.head_sha,
+        environment=job.environment,
+        state=state,
+        runner=f"stub@{name}",
+        **results,
+    )
 
 
 async def in_process(cancel: asyncio.Event, step_s: float) -> bool:

@@ -18,7 +18,9 @@ from fleet_agent import STUB_LABEL
 from fleet_harness import ONE_ENVIRONMENT, REPO, Fleet
 from postgres_support import pg_url
 
+from bot.core.kinds import CheckKind
 from bot.core.models import RunState
+from bot.render.check_runs import check_run_name
 from bot.service.fleet.agent import FENCED_EXIT
 from bot.service.store.records import DeliveryStatus, Job
 
@@ -356,3 +358,30 @@ async def test_an_agent_restarting_on_the_engine_of_a_running_neighbour_leaves_i
 async def wait_jobs(fleet: Fleet, count: int) -> list[Job]:
     await fleet.wait_for(f"{count} job(s)", lambda: len(fleet.jobs()) >= count)
     return fleet.jobs()
+
+
+async def test_a_check_an_agent_finished_early_is_completed_on_github_while_the_run_goes_on(
+    one_env: Fleet,
+) -> None:
+    """Early results as on one machine: the agent writes the results so far to the store, and the
+    service completes the finished check's run at once, not when the whole run ends."""
+    fleet = one_env
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-a", "cuda12.1", mode="early", step_s=600)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    (job,) = await wait_jobs(fleet, 1)
+
+    docstrings, tests = (check_run_name(k, "cuda12") for k in (CheckKind.DOCSTRINGS, CheckKind.TESTS))
+
+    def status_of(name: str) -> str | None:
+        runs = [r for r in fleet.fake.check_runs(REPO, head_sha=job.head_sha) if r.name == name]
+        return runs[-1].states[-1]["status"] if runs else None
+
+    await fleet.wait_for("the docstrings check run completed", lambda: status_of(docstrings) == "completed")
+    running = fleet.store.get_job(job.id)
+    assert running is not None and running.state == RunState.RUNNING
+    assert status_of(tests) == "in_progress"
+    await fleet.wait_for(
+        "the summary to show it",
+        lambda: any("docstrings done" in c.body for c in fleet.bot_comments()),
+    )

@@ -23,7 +23,7 @@ import structlog
 from bot.core.config import RepoConfig
 from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
-from bot.render.check_runs import CheckRunOutput, render_in_progress_output
+from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
@@ -158,6 +158,19 @@ async def report_started(reporter: GitHubReporter, job: Job) -> None:
     )
 
 
+async def report_progress(reporter: GitHubReporter, job: Job, report: RunReport) -> None:
+    """A running job's results so far: the check runs of the checks that finished completed, the
+    summary refreshed (one machine: its executor; several hosts: the service, from what the agent
+    wrote to the store)."""
+    assert job.pr_number is not None
+    done = [out for out in render_check_runs(report) if out.status == "completed"]
+    await _send_reports(
+        "early results",
+        partial(reporter.sync_check_runs, job, done, while_state=RunState.RUNNING),
+        partial(reporter.refresh_summary, job.repo, job.pr_number),
+    )
+
+
 async def run_pipeline(
     job: Job,
     cancel: asyncio.Event,
@@ -238,19 +251,14 @@ class EarlyResults:
             return
         if self.reporter is None or self.job.pr_number is None:
             return
-        done = [out for out in render_check_runs(report) if out.status == "completed"]
         previous = self._sending
-        self._sending = asyncio.create_task(self._send(previous, done))
+        self._sending = asyncio.create_task(self._send(previous, report))
 
-    async def _send(self, previous: asyncio.Task[None] | None, done: list[CheckRunOutput]) -> None:
+    async def _send(self, previous: asyncio.Task[None] | None, report: RunReport) -> None:
         if previous is not None:
             await previous
-        assert self.reporter is not None and self.job.pr_number is not None
-        await _send_reports(
-            "early results",
-            partial(self.reporter.sync_check_runs, self.job, done, while_state=RunState.RUNNING),
-            partial(self.reporter.refresh_summary, self.job.repo, self.job.pr_number),
-        )
+        assert self.reporter is not None
+        await report_progress(self.reporter, self.job, report)
 
     async def drain(self) -> None:
         """Wait for the updates under way: the final one must come after them."""

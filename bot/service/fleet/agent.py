@@ -45,8 +45,10 @@ from bot.service.store.records import Job
 
 log = structlog.get_logger(__name__)
 
-JobRunner = Callable[[Job, asyncio.Event, str | None, EnvFacts | None], Awaitable[RunReport]]
-"""Runs one job: (job, cancel, clone token, CI reference) → its report. The pipeline, in production."""
+Progress = Callable[[RunReport], Awaitable[None]]
+JobRunner = Callable[[Job, asyncio.Event, str | None, EnvFacts | None, Progress], Awaitable[RunReport]]
+"""Runs one job: (job, cancel, clone token, CI reference, where its results so far go) → its report.
+The pipeline, in production."""
 
 FENCED_EXIT = 75  # EX_TEMPFAIL: the supervisor starts the agent again
 TOKEN_WAIT_S = 60.0
@@ -210,7 +212,7 @@ class Agent:
         structlog.contextvars.bind_contextvars(run_id=job.id, repo=job.repo, pr=job.pr_number)
         cancel = asyncio.Event()
         self._running[qid] = cancel
-        attempt = asyncio.create_task(self._attempt(job, qid, cancel))
+        attempt = asyncio.create_task(self._attempt(job, qid, worker, cancel))
         self._tasks.add(attempt)
         aborted: AbortReason | None = None
         try:
@@ -249,13 +251,18 @@ class Agent:
                 queue_job=qid,
             )
 
-    async def _attempt(self, job: Job, qid: int, cancel: asyncio.Event) -> RunReport:
+    async def _attempt(self, job: Job, qid: int, worker: int, cancel: asyncio.Event) -> RunReport:
         try:
             token = await self._clone_token(job, qid)
         except TokenError as exc:
             return job.report_without_results(RunState.FAILED, f"no clone token: {exc}")
         baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
-        return await self.run_job(job, cancel, token, baseline)
+
+        async def progress(report: RunReport) -> None:
+            # Into the store (fenced, like every write of the attempt); the service publishes it.
+            await asyncio.to_thread(self.store.save_attempt_progress, job.id, qid, worker, report)
+
+        return await self.run_job(job, cancel, token, baseline, progress)
 
     async def _clone_token(self, job: Job, qid: int) -> str | None:
         """A token for this one repository, read-only, minted by the service for this attempt."""

@@ -9,7 +9,7 @@ from functools import partial
 from bot.core.models import EnvFacts, RunReport
 from bot.service.app import check_engine_at_startup, service_policy
 from bot.service.executor import run_pipeline
-from bot.service.fleet.agent import Agent, AgentConfig, JobRunner
+from bot.service.fleet.agent import Agent, AgentConfig, JobRunner, Progress
 from bot.service.instance import Instance
 from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
@@ -20,7 +20,9 @@ from runner.backends.ownership import Owner
 
 
 def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
-    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+    async def run(
+        job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
+    ) -> RunReport:
         return await run_pipeline(
             job,
             cancel,
@@ -29,6 +31,7 @@ def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
             runner_factory=runners,
             workspace_root=settings.workspace_root,
             cache_root=settings.cache_root,
+            progress=progress,
         )
 
     return run

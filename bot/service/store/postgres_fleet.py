@@ -146,6 +146,22 @@ class FleetStore(PostgresStore):
                 c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
         return row is not None
 
+    def save_attempt_progress(
+        self, job_id: str, queue_job_id: int, worker_id: int, report: RunReport
+    ) -> bool:
+        """The attempt's results so far (a check finished while the others run), for the service to
+        publish at once; False (nothing written) unless this agent still owns the attempt."""
+        args = {"id": job_id, "qid": queue_job_id, "worker": worker_id, "report": _report_json(report)}
+        with self._tx() as c:
+            row = c.execute(
+                "UPDATE jobs SET report = %(report)s, progress = progress + 1 "
+                f"WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
+                args,
+            ).fetchone()
+            if row is not None:
+                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
+        return row is not None
+
     def requeue_attempt(self, job_id: str, queue_job_id: int, worker_id: int) -> bool:
         """The agent is shutting down: the job goes back to its queue as a new attempt of its own
         (it waits for the old one to end: same lock). False unless this agent still owns it."""
@@ -277,9 +293,28 @@ class FleetStore(PostgresStore):
         """Jobs whose state change (started, queued again, ended) the service has not told GitHub
         about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
         rows = self._query(
-            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state ORDER BY seq LIMIT %s", (limit,)
+            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state "
+            "OR (state = 'running' AND progress > progress_published) ORDER BY seq LIMIT %s",
+            (limit,),
         )
         return [_job(r) for r in rows]
 
-    def mark_announced(self, job_id: str, state: RunState) -> None:
-        self._query("UPDATE jobs SET reported_state = %s WHERE id = %s RETURNING 1", (state.value, job_id))
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        """What GitHub was told of the job: the state, and how many progress writes it was not
+        shown yet."""
+        rows = self._query(
+            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
+            (job_id,),
+        )
+        if not rows:
+            return None, 0
+        told = rows[0]["reported_state"]
+        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
+        self._query(
+            "UPDATE jobs SET reported_state = %s, progress_published = progress_published + %s "
+            "WHERE id = %s RETURNING 1",
+            (state.value, progress_seen, job_id),
+        )
