@@ -385,3 +385,26 @@ async def test_a_check_an_agent_finished_early_is_completed_on_github_while_the_
         "the summary to show it",
         lambda: any("docstrings done" in c.body for c in fleet.bot_comments()),
     )
+
+
+async def test_waiting_prs_summaries_move_up_when_an_agent_starts_the_run_before_them(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    for number in (8, 9):
+        fleet.seed_pull(fleet.sample.head_sha, number=number)
+    fleet.step_for(fleet.sample.head_sha, 3)
+    await fleet.start_agent("gpu-a", "cuda12.1")
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202  # PR 7 takes the agent
+    await fleet.wait_for("PR 7's run to start", lambda: len(fleet.events()) == 1)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened", number=8)) == 202
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened", number=9)) == 202
+    await fleet.wait_for("PR 9 to be queued", lambda: len(fleet.bot_comments(9)) == 1)
+    [waiting] = fleet.bot_comments(9)
+    assert "#\u200b2 in line" in waiting.body
+    # PR 7's run ends, PR 8's starts on the agent: PR 9 is next, and its summary says so.
+    await fleet.wait_settled(1, pr=7)
+    await fleet.wait_for(
+        "PR 9's summary to move up",
+        lambda: any("#\u200b1 in line (next up)" in body for body in waiting.bodies),
+        timeout=30,
+    )

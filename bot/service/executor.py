@@ -65,7 +65,8 @@ class RunExecutor:
             else None
         )
         pr = job.pr_number
-        await _send_reports("queue positions", partial(self._refresh_waiting, job))
+        if self.app is not None:
+            await _send_reports("queue positions", partial(refresh_waiting, self.store, self.reconciler, job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
@@ -87,24 +88,6 @@ class RunExecutor:
         log.info("run finished", state=report.state.value, error=report.error)
         await self.reconciler.publish(job.id)
 
-    async def _refresh_waiting(self, started: Job) -> None:
-        """Everyone behind a run that starts moved up one place: their summaries say so.
-
-        Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
-        API calls per started run; the rest catch up as the queue moves.
-        """
-        if self.app is None:
-            return
-        queued = await asyncio.to_thread(self.store.jobs_in_state, RunState.QUEUED)
-        waiting: dict[tuple[str, int], Job] = {}
-        for other in queued:
-            if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
-                waiting.setdefault((other.repo, other.pr_number), other)
-        for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-            reporter = await self.reconciler.reporter(other)
-            if reporter is not None:
-                await reporter.refresh_summary(repo, number)
-
     async def _execute(
         self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
     ) -> RunReport:
@@ -120,6 +103,24 @@ class RunExecutor:
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
         )
+
+
+async def refresh_waiting(store: Store, reconciler: Reconciler, started: Job) -> None:
+    """Everyone behind a run that starts moved up one place: their summaries say so (one machine:
+    the executor; several hosts: the service, once an agent recorded the start).
+
+    Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
+    API calls per started run; the rest catch up as the queue moves.
+    """
+    queued = await asyncio.to_thread(store.jobs_in_state, RunState.QUEUED)
+    waiting: dict[tuple[str, int], Job] = {}
+    for other in queued:
+        if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
+            waiting.setdefault((other.repo, other.pr_number), other)
+    for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
+        reporter = await reconciler.reporter(other)
+        if reporter is not None:
+            await reporter.refresh_summary(repo, number)
 
 
 async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) -> None:

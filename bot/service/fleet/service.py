@@ -23,7 +23,7 @@ import psycopg
 import structlog
 
 from bot.core.models import RunState
-from bot.service.executor import remember, report_progress, report_started
+from bot.service.executor import refresh_waiting, remember, report_progress, report_started
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import SealError, seal
@@ -114,6 +114,7 @@ class FleetLoops:
                         if state == RunState.RUNNING:
                             if told != RunState.RUNNING:
                                 await report_started(reporter, fresh)
+                                await self._moved_up(fresh)
                             progress = await asyncio.to_thread(self.store.report, fresh.id)
                             if unpublished and progress is not None:
                                 # Early results: what the agent finished while the rest runs.
@@ -127,6 +128,14 @@ class FleetLoops:
                 await asyncio.to_thread(self.store.mark_announced, fresh.id, state, unpublished)
             finally:
                 structlog.contextvars.unbind_contextvars("run_id", "repo", "pr")
+
+    async def _moved_up(self, started: Job) -> None:
+        """The PRs waiting behind a run an agent started: their summaries show their new place, as
+        on one machine. A failure costs only that refresh; the next start or change sends it."""
+        try:
+            await refresh_waiting(self.store, self.reconciler, started)
+        except Exception:
+            log.exception("queue positions not refreshed")
 
     # --- clone tokens ---------------------------------------------------------------------------
 
