@@ -238,10 +238,16 @@ async def neighbour_restart(server: str, args: argparse.Namespace) -> int | None
         ends = [e for e in bench.events() if e["event"] == "end"]
         destroyed = sum(1 for e in ends if e.get("error"))
         print(f"  runs destroyed by a neighbour's restart: {destroyed} of {len(ends)} ended (goal 0)")
+        for e in ends:
+            if e.get("error"):
+                print(f"    {e['agent']}: {str(e['error'])[:300]}")
         return destroyed
 
 
 async def main_async(args: argparse.Namespace, server: str) -> None:
+    if args.only == "neighbour":
+        await neighbour_restart(server, args)
+        return
     print(
         f"heartbeat {HEARTBEAT_S} s, stalled after {STALLED_S} s, backlog {args.backlog} runs of {args.step} s, 2 agents"
     )
@@ -261,6 +267,7 @@ def main() -> int:
     parser.add_argument(
         "--deliveries", type=int, default=30, help="deliveries sent to the replica that is killed"
     )
+    parser.add_argument("--only", choices=["neighbour"], help="only this part")
     args = parser.parse_args()
     server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
     if not server:
