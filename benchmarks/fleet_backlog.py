@@ -20,7 +20,9 @@ Prints:
 - early results with agents: runs whose docstrings check run was completed before their tests'
   (goal: all);
 - runs destroyed by a neighbour's restart: two agents on one engine, one restarted while the
-  other runs its containers (goal 0).
+  other runs its containers (goal 0);
+- one machine: kill -9 of `serve` mid-run until GitHub shows the rerun finished, early results,
+  and a `check --runner docker` whose container runs while `serve` starts on its engine (goal 0).
 """
 
 from __future__ import annotations
@@ -244,9 +246,80 @@ async def neighbour_restart(server: str, args: argparse.Namespace) -> int | None
         return destroyed
 
 
+async def one_machine(args: argparse.Namespace) -> None:
+    """The same questions of one machine (`serve` on SQLite, the host runner on the demo project,
+    its run held at its set-up): kill -9 of `serve` mid-run → the run's next attempt at its set-up
+    after the restart; early results; and a `paritybot check --runner docker` process running a
+    container while a `serve` on the same engine starts (goal: its run survives)."""
+    from serveproc import ServeProcess, kill_during_run
+
+    fake = FakeGitHub()
+    await fake.start()
+    try:
+        with TemporaryDirectory(prefix="paritybot-one-") as tmp:
+            serve = ServeProcess.create(fake, Path(tmp))
+            try:
+                report = await kill_during_run(serve, kills=1)
+            finally:
+                await serve.stop()
+        print(
+            f"  one machine, kill -9 of serve mid-run: GitHub showed the run finished "
+            f"{report.seconds_after_last_kill:.2f} s after the kill (restart, recovery and the whole rerun); "
+            f"early results: pre-commit and docstrings completed while the tests ran: {report.tests_open_while_early_done}"
+        )
+        destroyed = await check_beside_serve(fake)
+        if destroyed is not None:
+            print(
+                f"  one machine, a check's run destroyed by serve starting on its engine: {destroyed} of 1 (goal 0)"
+            )
+    finally:
+        await fake.close()
+
+
+async def check_beside_serve(fake: FakeGitHub) -> int | None:
+    image = os.environ.get("PARITYBOT_TEST_IMAGE", "paritybot-test/python:bookworm")
+    try:
+        import docker
+
+        docker.from_env().images.get(image)
+    except Exception:
+        return None
+    from serveproc import ServeProcess
+
+    script = (
+        "import asyncio, sys, tempfile\n"
+        "from pathlib import Path\n"
+        "from bot.core.config import Environment\n"
+        "from runner.backends.base import Step\n"
+        "from runner.backends.docker import DockerRunner\n"
+        "async def main():\n"
+        f"    runner = DockerRunner(Environment(name='ci', image={image!r}, gpus='none'), 'bench-check')\n"
+        "    with tempfile.TemporaryDirectory() as ws:\n"
+        "        Path(ws, 'f').write_text('x')\n"
+        "        try:\n"
+        "            result = await runner.run(Step(name='sleep', argv=['sleep', '8']), Path(ws))\n"
+        "        finally:\n"
+        "            await runner.close()\n"
+        "    sys.exit(0 if result.exit_code == 0 else 1)\n"
+        "asyncio.run(main())\n"
+    )
+    check = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=ROOT)
+    await asyncio.sleep(4)  # its container runs
+    with TemporaryDirectory(prefix="paritybot-one-") as tmp:
+        serve = ServeProcess.create(fake, Path(tmp), runner="docker", allow_host_runner="")
+        try:
+            await serve.start()  # removes what dead runners left, at start-up
+        finally:
+            await serve.stop()
+    return 0 if await check.wait() == 0 else 1
+
+
 async def main_async(args: argparse.Namespace, server: str) -> None:
     if args.only == "neighbour":
         await neighbour_restart(server, args)
+        return
+    if args.only == "one-machine":
+        await one_machine(args)
         return
     print(
         f"heartbeat {HEARTBEAT_S} s, stalled after {STALLED_S} s, backlog {args.backlog} runs of {args.step} s, 2 agents"
@@ -256,6 +329,7 @@ async def main_async(args: argparse.Namespace, server: str) -> None:
     await delivery_latency(server, args)
     await early_results(server, args)
     await neighbour_restart(server, args)
+    await one_machine(args)
 
 
 def main() -> int:
@@ -267,7 +341,7 @@ def main() -> int:
     parser.add_argument(
         "--deliveries", type=int, default=30, help="deliveries sent to the replica that is killed"
     )
-    parser.add_argument("--only", choices=["neighbour"], help="only this part")
+    parser.add_argument("--only", choices=["neighbour", "one-machine"], help="only this part")
     args = parser.parse_args()
     server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
     if not server:
