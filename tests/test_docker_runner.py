@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import signal
@@ -412,6 +413,28 @@ def test_a_runner_process_keeps_its_containers_while_it_lives_and_loses_them_onc
     assert removed >= 1 and volumes >= 1
     assert containers_of(docker_client, run_id) == []
     assert volumes_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+async def test_a_live_owners_containers_go_once_the_store_says_their_run_is_over(
+    make_runner, workspace, docker_client
+):
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
+    for _ in range(200):
+        if containers_of(docker_client, runner.run_id, role="step"):
+            break
+        await asyncio.sleep(0.05)
+    me = new_instance()
+    # Its owner (this process) lives and its run goes on: nothing is removed.
+    remove_leftovers(docker_client, me, process_alive, lambda ids: set())
+    assert containers_of(docker_client, runner.run_id, role="step")
+    # The store says the run ended (its owner lost track of it): it goes, whoever owns it.
+    removed, volumes = remove_leftovers(docker_client, me, process_alive, lambda ids: ids & {runner.run_id})
+    assert removed >= 1 and volumes >= 1
+    assert containers_of(docker_client, runner.run_id) == []
+    with contextlib.suppress(RunnerError):
+        await asyncio.wait_for(task, timeout=30)
 
 
 @pytest.mark.docker

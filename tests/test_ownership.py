@@ -36,6 +36,15 @@ def test_only_what_a_dead_owner_left_is_removed() -> None:
     assert not leftover_is_removable({OWNER_LABEL: "someone:else"}, ME, KNOWN)
 
 
+def test_what_a_live_owner_left_of_a_run_that_is_over_is_removed() -> None:
+    """A live owner that lost track of a container (its removal failed) does not keep it forever:
+    once the store says the run ended, whoever ran it, it goes."""
+    assert leftover_is_removable(labels(LIVE), ME, KNOWN, runs_over={"r1"})
+    assert not leftover_is_removable(labels(LIVE), ME, KNOWN, runs_over={"another-run"})
+    assert not leftover_is_removable(labels(ME), ME, KNOWN, runs_over={"r1"})  # its own: it closes them
+    assert not leftover_is_removable(labels(None), ME, KNOWN, runs_over={"r1"})
+
+
 def test_an_owner_label_reads_back_as_the_owner_and_nothing_else_does() -> None:
     owner = new_instance()
     assert parse_owner(owner.label) == owner

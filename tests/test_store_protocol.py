@@ -230,3 +230,12 @@ def test_an_instance_lives_while_it_beats_and_until_it_stops(store: Store) -> No
     store.instance_stopped("agent-b")
     assert store.instances_alive(["agent-b"], stalled_after_s=60) == {"agent-b": False}
     assert not store.instance_heartbeat("agent-b")
+
+
+def test_the_runs_over_are_those_that_ended(store: Store) -> None:
+    waiting = store.enqueue(run_request("a" * 40), "default", "k-waiting")
+    ended = store.enqueue(run_request("b" * 40, pr=8), "default", "k-ended")
+    assert waiting is not None and ended is not None
+    store.request_cancel(REPO, 8)
+    assert store.runs_over({waiting.id, ended.id, "unknown"}) == {ended.id}
+    assert store.runs_over(set()) == set()

@@ -76,7 +76,7 @@ def service_policy(settings: Settings, owner: Owner | None = None) -> RunnerPoli
 
 def check_engine_at_startup(settings: Settings, instance: Instance) -> None:
     """Say loudly what will go wrong before the first run does; remove what this instance may of
-    what runners left on the engine: its own, and dead owners' (never a live neighbour's)."""
+    what runners left on the engine: dead owners' and ended runs' (never a live neighbour's)."""
     if settings.runner == "host":
         log.warning(
             "host runner: pull requests by trusted authors and default-branch runs execute on this "
@@ -88,7 +88,7 @@ def check_engine_at_startup(settings: Settings, instance: Instance) -> None:
         log.error("container engine unreachable", where=engine.where, error=engine.error, fix=ENGINE_FIX)
         return
     try:
-        removed, volumes = remove_leftovers(client, instance.owner, instance.alive)
+        removed, volumes = remove_leftovers(client, instance.owner, instance.alive, instance.store.runs_over)
     finally:
         client.close()
     if removed or volumes:

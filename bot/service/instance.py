@@ -56,7 +56,7 @@ class Instance:
         if client is None:
             return 0, 0
         try:
-            return remove_leftovers(client, self.owner, self.alive)
+            return remove_leftovers(client, self.owner, self.alive, self.store.runs_over)
         finally:
             client.close()
 

@@ -13,7 +13,15 @@ import docker.errors
 import structlog
 from docker.models.containers import Container
 
-from runner.backends.ownership import OWNER_LABEL, Liveness, Owner, leftover_is_removable, parse_owner
+from runner.backends.ownership import (
+    OWNER_LABEL,
+    RUN_LABEL,
+    Liveness,
+    Owner,
+    RunsOver,
+    leftover_is_removable,
+    parse_owner,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -21,7 +29,7 @@ log = structlog.get_logger(__name__)
 LABEL_MANAGED = "paritybot.managed"
 
 
-LABEL_RUN_ID = "paritybot.run-id"
+LABEL_RUN_ID = RUN_LABEL
 
 
 # step, watch (the workspace watcher beside the steps), workspace (per-run volume) or store (kept across runs)
@@ -69,9 +77,12 @@ def writable_volumes(container: Container) -> list[str]:
     return [m["Name"] for m in mounts if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
 
 
-def remove_leftovers(client: docker.DockerClient, me: Owner, alive: Liveness) -> tuple[int, int]:
-    """Remove the containers and per-run volumes of owners that are dead, as ``me`` judges
-    (:func:`runner.backends.ownership.leftover_is_removable`); returns how many of each. Store volumes are kept: they are meant to outlive runs.
+def remove_leftovers(
+    client: docker.DockerClient, me: Owner, alive: Liveness, runs_over: RunsOver | None = None
+) -> tuple[int, int]:
+    """Remove the containers and per-run volumes of owners that are dead, as ``me`` judges, and of
+    runs the store says are over (:func:`runner.backends.ownership.leftover_is_removable`); returns
+    how many of each. Store volumes are kept: they are meant to outlive runs.
 
     Call it at start-up before taking jobs, and from time to time while running: a neighbour on
     the same engine that died leaves its containers running until someone removes them.
@@ -85,14 +96,16 @@ def remove_leftovers(client: docker.DockerClient, me: Owner, alive: Liveness) ->
     labelled = [c.labels or {} for c in containers] + [v.attrs.get("Labels") or {} for v in volumes]
     owners = {o for o in (parse_owner(labels.get(OWNER_LABEL)) for labels in labelled) if o is not None}
     verdicts = {owner: (None if owner == me else alive(owner)) for owner in owners}
+    runs = {labels[LABEL_RUN_ID] for labels in labelled if LABEL_RUN_ID in labels}
+    over = runs_over(runs) if runs_over is not None and runs else set()
     removed = 0
     for container in containers:
-        if leftover_is_removable(container.labels or {}, me, verdicts):
+        if leftover_is_removable(container.labels or {}, me, verdicts, over):
             remove_container(container)
             removed += 1
     gone = 0
     for volume in volumes:
-        if not leftover_is_removable(volume.attrs.get("Labels") or {}, me, verdicts):
+        if not leftover_is_removable(volume.attrs.get("Labels") or {}, me, verdicts, over):
             continue
         try:
             volume.remove(force=True)

@@ -2,9 +2,9 @@
 
 Several agents (one per GPU) share one engine, `serve` and a developer's `paritybot check
 --runner docker` may too. Everything a runner starts there carries its owner and its run
-(:data:`OWNER_LABEL`, ``paritybot.run-id``), so that an instance starting up (and now and then
-while it runs) removes only the leftovers of owners that are dead — those of its own earlier
-start among them — never a live neighbour's run.
+(:data:`OWNER_LABEL`, :data:`RUN_LABEL`), so that an instance starting up (and now and then while it
+runs) removes only the leftovers of owners that are dead — those of its own earlier start among
+them — or of runs its store says are over, never a live neighbour's run.
 
 Two kinds of owner:
 
@@ -25,13 +25,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Literal
 
 from runner.backends.host import boot_id, start_ticks
 
 OWNER_LABEL = "paritybot.owner"
+RUN_LABEL = "paritybot.run-id"
 
 OwnerKind = Literal["instance", "process"]
 
@@ -48,6 +49,8 @@ class Owner:
 
 Liveness = Callable[[Owner], bool | None]
 """Whether an owner is alive: True, False, or None when it cannot be told from here (left alone)."""
+RunsOver = Callable[[set[str]], set[str]]
+"""Of these run ids, those the store knows to be over (ended); a run it does not know is not."""
 
 
 def parse_owner(label: str | None) -> Owner | None:
@@ -101,15 +104,20 @@ def process_alive(owner: Owner) -> bool | None:
     return str(start_ticks(int(pid))) == ticks
 
 
-def leftover_is_removable(labels: Mapping[str, str], me: Owner, alive: Mapping[Owner, bool | None]) -> bool:
+def leftover_is_removable(
+    labels: Mapping[str, str],
+    me: Owner,
+    alive: Mapping[Owner, bool | None],
+    runs_over: Set[str] = frozenset(),
+) -> bool:
     """Whether an instance starting up (``me``) may remove a container or volume with ``labels``.
 
-    A dead owner's, yes; its own (it is running them), a live owner's or one that cannot be
-    judged, never. Nor what a build that wrote no owner left: whether its runner lives cannot be
+    A dead owner's, yes; one of a run the store says is over (``runs_over``: ended, whoever ran
+    it), yes; its own (it is running them), a live owner's or one that cannot be judged, never. Nor what a build that wrote no owner left: whether its runner lives cannot be
     told (the operator removes those by hand, deploy/README.md). An instance's identity is new at
     each start, so what it left before a restart is a dead owner's.
     """
     owner = parse_owner(labels.get(OWNER_LABEL))
     if owner is None or owner == me:
         return False
-    return alive.get(owner) is False
+    return alive.get(owner) is False or labels.get(RUN_LABEL) in runs_over

@@ -487,6 +487,13 @@ class PostgresStore:
             (instance_id,),
         )
 
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        rows = self._query(
+            "SELECT id FROM jobs WHERE id = ANY(%s) AND state IN ('succeeded', 'failed', 'cancelled')",
+            (sorted(run_ids),),
+        )
+        return {r["id"] for r in rows}
+
     def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
         rows = self._query(
             "SELECT id, stopped_at IS NULL AND last_heartbeat > now() - %s AS alive FROM instances WHERE id = ANY(%s)",

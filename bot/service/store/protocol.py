@@ -153,6 +153,11 @@ class Store(Protocol):
         ...
 
     def instance_stopped(self, instance_id: str) -> None: ...
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        """Of these runs (job ids), those that ended (succeeded, failed, cancelled); one this store
+        does not know is not among them."""
+        ...
+
     def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
         """Of the instances this store knows, which are alive: not stopped, and a heartbeat younger
         than ``stalled_after_s``. An id it does not know is left out (another deployment's)."""

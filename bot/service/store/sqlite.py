@@ -508,6 +508,17 @@ class SQLiteStore:
                 (_now(), instance_id),
             )
 
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        ids = sorted(run_ids)
+        rows = self._query(
+            f"SELECT id FROM jobs WHERE id IN ({', '.join('?' * len(ids))}) "
+            "AND state IN ('succeeded', 'failed', 'cancelled')",
+            tuple(ids),
+        )
+        return {r["id"] for r in rows}
+
     def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
         if not instance_ids:
             return {}
