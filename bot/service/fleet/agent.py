@@ -11,7 +11,11 @@ Around that, the agent:
   for its supervisor to start it afresh. Its results could not be written anyway: every write names
   the attempt and is refused unless this agent still owns it;
 - asks the service for a clone token per job (sealed to a key it keeps in memory) and never holds
-  the App's private key; it writes results to the database, and the service posts them;
+  the App's private key; it writes results to the database (the results so far too, as each check
+  finishes), and the service posts them;
+- is an instance in the store (:mod:`bot.service.instance`), beaten with its heartbeat: what its
+  runs start on the engine carries it, and every ``stalled_after_s`` it removes what dead
+  neighbours on the same engine left (never a live one's);
 - runs the stalled-job reaper too (several at once are safe), so runs come back when any agent or
   service replica is alive.
 """
