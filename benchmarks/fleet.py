@@ -161,6 +161,11 @@ class Bench:
         self.steps = tmp / "steps.json"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
+        parts = urlsplit(url)
+        self.agent_role = agent_role(parts.path.strip("/"))
+        self.agent_url = urlunsplit(
+            parts._replace(netloc=f"{self.agent_role}@{parts.netloc.rpartition('@')[2]}")
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
@@ -183,7 +188,10 @@ class Bench:
 
     def start_agent(self, name: str, labels: str) -> None:
         env = self.env(
-            STUB_EVENTS=str(self.events), STUB_STEPS=str(self.steps), STUB_STEP_S=str(self.args.step)
+            STUB_EVENTS=str(self.events),
+            STUB_STEPS=str(self.steps),
+            STUB_STEP_S=str(self.args.step),
+            PARITYBOT_DATABASE_URL=self.agent_url,
         )
         self.spawn(name, [sys.executable, "tests/fleet_agent.py", "--labels", labels, "--name", name], env)
 
@@ -297,6 +305,8 @@ async def measure(bench: Bench, args: argparse.Namespace, fake: Any, kill_prs: l
 
     with psycopg.connect(bench.url, autocommit=True) as conn:
         migrate(conn, "benchmark")
+        # Agents log in as operators set them up: a role of their own in paritybot_agent.
+        conn.execute(f"CREATE ROLE {bench.agent_role} LOGIN IN ROLE paritybot_agent")
     for name, labels in AGENTS.items():
         bench.start_agent(name, labels)
     await bench.wait("4 agents", lambda: bench.query("SELECT count(*) FROM agents")[0][0] == len(AGENTS), 120)
@@ -610,7 +620,13 @@ def main() -> int:
     finally:
         with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f"DROP ROLE IF EXISTS {agent_role(name)}")
     return 0
+
+
+def agent_role(database: str) -> str:
+    """The agents' login role of the run's database: a member of paritybot_agent, not the owner."""
+    return f"agent_{database}"
 
 
 if __name__ == "__main__":

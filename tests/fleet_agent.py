@@ -5,8 +5,10 @@ what the tests measure is the bot's own doing.
     python tests/fleet_agent.py --labels cuda12.1 --name gpu-a
 
 The stub appends one JSON line per event to $STUB_EVENTS (start, end, stopped), waits $STUB_STEP_S
-seconds (in-process, or with STUB_MODE=docker in a real container of $STUB_IMAGE, stopped when the
-run is cancelled; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
+seconds (in-process; with STUB_MODE=docker in a real container of $STUB_IMAGE, stopped when the
+run is cancelled; with STUB_MODE=runner in a container of the real container runner, owned by the
+agent's instance; with STUB_MODE=early the docstrings check's result is reported at once, the rest
+after $STUB_STEP_S; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
 concurrency does not hang on the machine's speed), and returns a report naming the agent that ran it.
 """
 
@@ -19,16 +21,22 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.core.models import EnvFacts, RunReport, RunState
+from bot.core.config import Environment
+from bot.core.models import CheckStatus, DocstringResult, EnvFacts, RunReport, RunState
+from bot.service.fleet.agent import Progress
 from bot.service.fleet.run import run_agent
 from bot.service.logs import configure_logging
 from bot.service.settings import load_settings
 from bot.service.store.records import Job
+from runner.backends.base import RunnerError, Step
+from runner.backends.ownership import Owner
 
 STUB_LABEL = "paritybot.test-stub"
 
@@ -54,30 +62,47 @@ def step_seconds(job: Job, default: float) -> float:
     return default
 
 
-def stub_runner(name: str, default_s: float, mode: str):  # type: ignore[no-untyped-def]
-    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+def stub_runner(name: str, default_s: float, mode: str, owner: Owner):  # type: ignore[no-untyped-def]
+    async def run(
+        job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
+    ) -> RunReport:
         digest = hashlib.sha256(token.encode()).hexdigest() if token else None
         step_s = step_seconds(job, default_s)
         event("start", job, name, pid=os.getpid(), token_sha256=digest)
-        if mode == "docker":
+        error = None
+        if mode == "early":
+            # The docstrings check finishes first; the rest runs on for step_s.
+            await progress(stub_report(job, name, RunState.RUNNING, docstrings=FOUND_NOTHING))
+            stopped = await in_process(cancel, step_s)
+        elif mode == "docker":
             stopped = await in_container(job, cancel, step_s)
+        elif mode == "runner":
+            stopped, error = await in_runner(job, cancel, step_s, owner)
         elif mode.startswith("together:"):
             stopped = await until_started(int(mode.split(":")[1]), cancel, step_s)
         else:
             stopped = await in_process(cancel, step_s)
-        event("stopped" if stopped else "end", job, name)
-        return RunReport(
-            run_id=job.id,
-            repo=job.repo,
-            pr_number=job.pr_number,
-            head_sha=job.head_sha,
-            environment=job.environment,
-            state=RunState.CANCELLED if stopped else RunState.SUCCEEDED,
-            runner=f"stub@{name}",
-            error="stopped: superseded" if stopped else None,
-        )
+        event("stopped" if stopped else "end", job, name, error=error)
+        state = RunState.CANCELLED if stopped else RunState.FAILED if error else RunState.SUCCEEDED
+        return stub_report(job, name, state, error="stopped: superseded" if stopped else error)
 
     return run
+
+
+FOUND_NOTHING = DocstringResult(status=CheckStatus.PASSED, checked=1)
+
+
+def stub_report(job: Job, name: str, state: RunState, **results: Any) -> RunReport:
+    return RunReport(
+        run_id=job.id,
+        repo=job.repo,
+        pr_number=job.pr_number,
+        head_sha=job.head_sha,
+        environment=job.environment,
+        state=state,
+        runner=f"stub@{name}",
+        **results,
+    )
 
 
 async def in_process(cancel: asyncio.Event, step_s: float) -> bool:
@@ -125,6 +150,35 @@ async def in_container(job: Job, cancel: asyncio.Event, step_s: float) -> bool:
         client.close()
 
 
+async def in_runner(job: Job, cancel: asyncio.Event, step_s: float, owner: Owner) -> tuple[bool, str | None]:
+    """The step in a container of the real container runner, owned by this agent's instance:
+    (stopped, the error that ended it)."""
+    from runner.backends.docker import DockerRunner
+
+    environment = Environment(name=job.environment, image=os.environ["STUB_IMAGE"], gpus="none")
+    runner = DockerRunner(environment, job.id, owner=owner)
+    with tempfile.TemporaryDirectory() as workspace:
+        Path(workspace, "f.txt").write_text("x")
+        step = asyncio.create_task(
+            runner.run(Step(name="stub", argv=["sleep", str(step_s)]), Path(workspace))
+        )
+        stop = asyncio.create_task(cancel.wait())
+        try:
+            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.done() and not step.done():
+                await runner.cancel()
+            try:
+                result = await step
+            except RunnerError as exc:
+                return False, str(exc)
+            if result.cancelled:
+                return True, None
+            return False, None if result.exit_code == 0 else f"exit {result.exit_code}: {result.error or ''}"
+        finally:
+            stop.cancel()
+            await runner.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--labels", required=True)
@@ -133,10 +187,15 @@ def main() -> int:
     settings = load_settings()
     settings.require_agent()
     configure_logging(settings.log_format, settings.log_level)
-    runner = stub_runner(
-        args.name, float(os.environ.get("STUB_STEP_S", "0")), os.environ.get("STUB_MODE", "sleep")
+    step_s, mode = float(os.environ.get("STUB_STEP_S", "0")), os.environ.get("STUB_MODE", "sleep")
+    return asyncio.run(
+        run_agent(
+            settings,
+            args.labels.split(","),
+            args.name,
+            job_runner=lambda owner: stub_runner(args.name, step_s, mode, owner),
+        )
     )
-    return asyncio.run(run_agent(settings, args.labels.split(","), args.name, job_runner=runner))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ processes, and read the outcome from the fake GitHub, the database and the agent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -14,13 +15,16 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import payloads
+import psycopg
 from fakegithub import FakeGitHub
 from sample_repo import SampleRepo, make_sample_repo
 
@@ -88,6 +92,13 @@ class Fleet:
     store: FleetStore
     procs: list[Proc] = field(default_factory=list)
     events_file: Path = field(init=False)
+    agent_role: str = field(default_factory=lambda: f"agent_{uuid.uuid4().hex[:12]}")
+
+    @property
+    def agent_url(self) -> str:
+        """The database as an agent reaches it: logged in as its own role."""
+        parts = urlsplit(self.database_url)
+        return urlunsplit(parts._replace(netloc=f"{self.agent_role}@{parts.netloc.rpartition('@')[2]}"))
 
     def __post_init__(self) -> None:
         self.events_file = self.tmp / "events.jsonl"
@@ -109,6 +120,10 @@ class Fleet:
         # The schema, as `paritybot db upgrade` makes it before anything starts.
         store = await asyncio.to_thread(FleetStore, database_url)
         fleet = cls(fake, tmp, database_url, sample, bare.as_uri(), store)
+        # Agents log in as operators set them up: a role of their own, a member of paritybot_agent
+        # (never the schema's owner, never a superuser), so what they do is what the grants allow.
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {fleet.agent_role} LOGIN IN ROLE paritybot_agent")
         fleet.seed_pull(sample.head_sha)
         return fleet
 
@@ -120,6 +135,9 @@ class Fleet:
                 proc.popen.kill()
             proc.popen.wait()
         self.store.close()
+        with contextlib.suppress(psycopg.Error), psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {self.agent_role}")
+            conn.execute(f"DROP ROLE {self.agent_role}")
 
     def seed_pull(self, head_sha: str, number: int = 7) -> None:
         self.fake.add_pull(
@@ -200,8 +218,7 @@ class Fleet:
             STUB_MODE=mode,
             **extra,
         )
-        if database_url is not None:
-            env["PARITYBOT_DATABASE_URL"] = database_url
+        env["PARITYBOT_DATABASE_URL"] = database_url or self.agent_url
         proc = self._spawn(
             name, [sys.executable, "tests/fleet_agent.py", "--labels", labels, "--name", name], env
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import signal
@@ -29,20 +30,19 @@ from docker_support import (
 from bot.core.config import Environment, ResourceLimits
 from bot.core.secrets import redact
 from runner.backends.base import RunnerError, Step, ToolStore
-from runner.backends.docker import (
-    DockerRunner,
+from runner.backends.docker import DockerRunner
+from runner.backends.docker_engine import remove_leftovers
+from runner.backends.docker_image import parse_user, pick_repo_digest, store_volume_name
+from runner.backends.docker_limits import (
     EffectiveLimits,
-    OutputBuffer,
     device_requests,
     effective_limits,
     gpus_flag,
     human_size,
-    parse_user,
-    pick_repo_digest,
-    remove_orphans,
-    store_volume_name,
     workspace_limit,
 )
+from runner.backends.docker_output import OutputBuffer
+from runner.backends.ownership import new_instance, process_alive
 
 __all__ = ["docker_client", "make_runner", "test_image", "workspace"]  # fixtures, imported for pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -365,7 +365,11 @@ async def test_cancel_mid_step_leaves_no_container(make_runner, workspace, docke
 
 
 @pytest.mark.docker
-def test_orphans_of_a_killed_runner_are_removed_at_start_up(docker_client, test_image, tmp_path):
+def test_a_runner_process_keeps_its_containers_while_it_lives_and_loses_them_once_dead(
+    docker_client, test_image, tmp_path
+):
+    """`paritybot check --runner docker` owns its containers by its process: a `serve` or another
+    check starting on the same engine leaves them alone while that process runs."""
     run_id = f"t-orphan-{uuid.uuid4().hex[:8]}"
     (tmp_path / "f.txt").write_text("x")
     script = textwrap.dedent(
@@ -387,25 +391,50 @@ def test_orphans_of_a_killed_runner_are_removed_at_start_up(docker_client, test_
     proc = subprocess.Popen(
         [sys.executable, "-c", script], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     )
+    me = new_instance()  # another instance starting up on the same engine
     try:
         deadline = time.monotonic() + 60
         while not docker_client.containers.list(filters={"label": f"paritybot.run-id={run_id}"}):
             assert proc.poll() is None, "the runner process died before starting its step"
             assert time.monotonic() < deadline, "the runner never started its container"
             time.sleep(0.1)
+        # Its owner lives: nothing of its run is removed.
+        remove_leftovers(docker_client, me, process_alive)
+        assert containers_of(docker_client, run_id)
+        assert volumes_of(docker_client, run_id)
+        assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert containers_of(docker_client, run_id)  # the killed runner left its container behind
     assert volumes_of(docker_client, run_id)
 
-    # A live run on the same engine keeps its containers.
-    assert remove_orphans(docker_client, live_run_ids={run_id}) == 0
-    assert containers_of(docker_client, run_id)
-
-    assert remove_orphans(docker_client) >= 1
+    removed, volumes = remove_leftovers(docker_client, me, process_alive)
+    assert removed >= 1 and volumes >= 1
     assert containers_of(docker_client, run_id) == []
     assert volumes_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+async def test_a_live_owners_containers_go_once_the_store_says_their_run_is_over(
+    make_runner, workspace, docker_client
+):
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
+    for _ in range(200):
+        if containers_of(docker_client, runner.run_id, role="step"):
+            break
+        await asyncio.sleep(0.05)
+    me = new_instance()
+    # Its owner (this process) lives and its run goes on: nothing is removed.
+    remove_leftovers(docker_client, me, process_alive, lambda ids: set())
+    assert containers_of(docker_client, runner.run_id, role="step")
+    # The store says the run ended (its owner lost track of it): it goes, whoever owns it.
+    removed, volumes = remove_leftovers(docker_client, me, process_alive, lambda ids: ids & {runner.run_id})
+    assert removed >= 1 and volumes >= 1
+    assert containers_of(docker_client, runner.run_id) == []
+    with contextlib.suppress(RunnerError):
+        await asyncio.wait_for(task, timeout=30)
 
 
 @pytest.mark.docker

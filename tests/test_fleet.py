@@ -18,9 +18,11 @@ from fleet_agent import STUB_LABEL
 from fleet_harness import ONE_ENVIRONMENT, REPO, Fleet
 from postgres_support import pg_url
 
+from bot.core.kinds import CheckKind
 from bot.core.models import RunState
+from bot.render.check_runs import check_run_name
 from bot.service.fleet.agent import FENCED_EXIT
-from bot.service.store.records import DeliveryStatus
+from bot.service.store.records import DeliveryStatus, Job
 
 __all__ = ["docker_client", "pg_url", "test_image"]  # fixtures, imported for pytest
 pytestmark = pytest.mark.postgres
@@ -317,3 +319,92 @@ async def test_an_agent_stopped_mid_run_gives_its_run_back_to_the_queue(one_env:
     ]
     assert "run queued again for another agent" in leaving.output()
     assert len(fleet.bot_comments()) == 1
+
+
+@pytest.mark.docker
+async def test_an_agent_restarting_on_the_engine_of_a_running_neighbour_leaves_its_run_alone(
+    one_env: Fleet, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    """Two agents share one engine (an agent per GPU); one restarts while the other runs a job: the
+    restarted agent removes what it left itself, never its live neighbour's containers or volume."""
+    fleet = one_env
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-a", "cuda12.1", mode="runner", step_s=8, STUB_IMAGE=test_image)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    (job,) = await wait_jobs(fleet, 1)
+
+    def containers() -> list[object]:
+        return docker_client.containers.list(filters={"label": f"paritybot.run-id={job.id}"})
+
+    await fleet.wait_for("the run's container", lambda: len(containers()) == 1)
+    neighbour = await fleet.start_agent("gpu-b", "cuda12.1", mode="runner", STUB_IMAGE=test_image)
+    neighbour.kill()
+    neighbour.popen.wait()
+    restarted = await fleet.start_agent("gpu-b", "cuda12.1", mode="runner", STUB_IMAGE=test_image)
+    await fleet.wait_for(
+        "the restarted agent's start-up clean-up",
+        lambda: "container runner" not in restarted.output() and "agent ready" in restarted.output(),
+    )
+    assert containers(), "the restarted agent removed its neighbour's running container"
+
+    (done,) = await fleet.wait_settled(1)
+    assert done.state == RunState.SUCCEEDED, done.error
+    assert done.attempts == 1
+    (end,) = [e for e in fleet.events() if e["event"] == "end"]
+    assert end["agent"] == "gpu-a" and end["error"] is None
+    assert docker_client.volumes.list(filters={"label": f"paritybot.run-id={job.id}"}) == []
+
+
+async def wait_jobs(fleet: Fleet, count: int) -> list[Job]:
+    await fleet.wait_for(f"{count} job(s)", lambda: len(fleet.jobs()) >= count)
+    return fleet.jobs()
+
+
+async def test_a_check_an_agent_finished_early_is_completed_on_github_while_the_run_goes_on(
+    one_env: Fleet,
+) -> None:
+    """Early results as on one machine: the agent writes the results so far to the store, and the
+    service completes the finished check's run at once, not when the whole run ends."""
+    fleet = one_env
+    serve = await fleet.start_serve()
+    await fleet.start_agent("gpu-a", "cuda12.1", mode="early", step_s=600)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202
+    (job,) = await wait_jobs(fleet, 1)
+
+    docstrings, tests = (check_run_name(k, "cuda12") for k in (CheckKind.DOCSTRINGS, CheckKind.TESTS))
+
+    def status_of(name: str) -> str | None:
+        runs = [r for r in fleet.fake.check_runs(REPO, head_sha=job.head_sha) if r.name == name]
+        return runs[-1].states[-1]["status"] if runs else None
+
+    await fleet.wait_for("the docstrings check run completed", lambda: status_of(docstrings) == "completed")
+    running = fleet.store.get_job(job.id)
+    assert running is not None and running.state == RunState.RUNNING
+    assert status_of(tests) == "in_progress"
+    await fleet.wait_for(
+        "the summary to show it",
+        lambda: any("docstrings done" in c.body for c in fleet.bot_comments()),
+    )
+
+
+async def test_waiting_prs_summaries_move_up_when_an_agent_starts_the_run_before_them(one_env: Fleet) -> None:
+    fleet = one_env
+    serve = await fleet.start_serve()
+    for number in (8, 9):
+        fleet.seed_pull(fleet.sample.head_sha, number=number)
+    fleet.step_for(fleet.sample.head_sha, 3)
+    await fleet.start_agent("gpu-a", "cuda12.1")
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened")) == 202  # PR 7 takes the agent
+    await fleet.wait_for("PR 7's run to start", lambda: len(fleet.events()) == 1)
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened", number=8)) == 202
+    assert await fleet.send(serve, "pull_request", fleet.pr_event("opened", number=9)) == 202
+    await fleet.wait_for("PR 9 to be queued", lambda: len(fleet.bot_comments(9)) == 1)
+    [waiting] = fleet.bot_comments(9)
+    assert "#\u200b2 in line" in waiting.body
+    # PR 7's run ends, PR 8's starts on the agent: PR 9 is next, and its summary says so.
+    await fleet.wait_settled(1, pr=7)
+    await fleet.wait_for(
+        "PR 9's summary to move up",
+        lambda: any("#\u200b1 in line (next up)" in body for body in waiting.bodies),
+        timeout=30,
+    )

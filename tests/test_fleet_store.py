@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -103,7 +104,7 @@ def test_only_the_agent_that_still_owns_a_run_can_record_its_result(store: Fleet
 
     # The frozen agent comes back with its result: refused; its heartbeat tells it it was given up.
     assert store.finish_attempt(job.id, first, old_worker, report(job, "stub@gpu-a")) is False
-    assert store.agent_heartbeat(old_worker) is False
+    assert store.agent_heartbeat(old_worker, "an-instance") is False
     assert store.finish_attempt(job.id, second, new_worker, report(job, "stub@gpu-b")) is True
     done = store.get_job(job.id)
     kept = store.report(job.id)
@@ -114,10 +115,10 @@ def test_only_the_agent_that_still_owns_a_run_can_record_its_result(store: Fleet
 def test_an_agent_whose_worker_row_was_pruned_learns_it_at_its_next_heartbeat(store: FleetStore) -> None:
     worker = register(store)
     store.register_agent(worker, "gpu-a", "gpu-a", ["cuda12.1"], [], None)
-    assert store.agent_heartbeat(worker) is True
+    assert store.agent_heartbeat(worker, "an-instance") is True
     # What procrastinate does to workers silent past its timeout when another worker starts.
     store._query("SELECT * FROM procrastinate_prune_stalled_workers_v1(-1)")
-    assert store.agent_heartbeat(worker) is False
+    assert store.agent_heartbeat(worker, "an-instance") is False
 
 
 def test_a_result_is_refused_once_procrastinate_no_longer_shows_the_job_doing_for_that_worker(
@@ -237,7 +238,7 @@ def test_the_agents_role_runs_jobs_but_reads_no_delivery_pull_request_or_approva
                 agent._query("SELECT worker_id FROM procrastinate_register_worker_v1()")[0]["worker_id"]
             )
             agent.register_agent(worker, "gpu-a", "gpu-a", ["cuda12.1"], ["NVIDIA H100"], {"cpus": 8})
-            assert agent.agent_heartbeat(worker)
+            assert agent.agent_heartbeat(worker, "an-instance")
             queue_job = fetch(agent, worker)
             assert queue_job is not None
             assert agent.start_attempt(job.id, queue_job, worker, "gpu-a") is not None
@@ -320,3 +321,47 @@ def test_db_upgrade_makes_both_schemas_then_finds_nothing_to_do(pg_url: str, tmp
         f"paritybot schema {version}; procrastinate migrations applied: none needed\n"
     )
     assert "@" in first.stdout and "password" not in first.stdout
+
+
+def test_a_run_taken_back_from_a_dead_agent_goes_before_the_runs_waiting(store: FleetStore) -> None:
+    taken = enqueue(store, "a" * 40, "k-taken", pr=1)
+    dead, alive = register(store), register(store)
+    first = fetch(store, dead)
+    assert first == taken.queue_job_id
+    assert store.start_attempt(taken.id, first, dead, "gpu-a") is not None
+    # A backlog: other PRs' runs queued after it, waiting for a free agent.
+    waiting = [enqueue(store, f"{n:040x}", f"k-{n}", pr=10 + n) for n in range(3)]
+
+    stale(store, dead)
+    (reaped,) = store.reap(stalled_after_s=5, max_attempts=3)
+    assert reaped.outcome == "requeued"
+    rerun = store.get_job(taken.id)
+    assert rerun is not None and rerun.queue_job_id is not None
+    # The summaries say so, and the next free agent takes the rerun, not the oldest run waiting.
+    assert [store.queue_position(j.id) for j in (rerun, *waiting)] == [1, 2, 3, 4]
+    assert fetch(store, alive) == rerun.queue_job_id
+    assert [fetch(store, alive) for _ in waiting] == [w.queue_job_id for w in waiting]
+
+
+def test_a_silent_replicas_deliveries_are_taken_over_before_their_lease_ends(pg_url: str) -> None:
+    lease, stalled = timedelta(minutes=10), timedelta(seconds=5)
+    one, other = (FleetStore(pg_url, delivery_lease=lease, stalled_after=stalled) for _ in range(2))
+    try:
+        one.register_instance("replica-1", "serve", "control", 1)
+        other.register_instance("replica-2", "serve", "control", 2)
+        assert one.record_delivery("d-1", "ping", b"{}")
+        (held,) = one.pending_deliveries()
+        assert held.delivery_id == "d-1"
+        # replica-1 beats: its delivery stays its own, however long it takes.
+        assert one.instance_heartbeat("replica-1")
+        assert other.pending_deliveries() == []
+        # replica-1 died: silent past the stalled rule, long before its lease would end.
+        one._query(
+            "UPDATE instances SET last_heartbeat = now() - interval '6 seconds' WHERE id = 'replica-1' RETURNING 1"
+        )
+        (taken,) = other.pending_deliveries()
+        assert taken.delivery_id == "d-1"
+        assert one.pending_deliveries() == []  # now replica-2's, which beats
+    finally:
+        one.close()
+        other.close()

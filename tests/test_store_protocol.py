@@ -3,6 +3,7 @@ PostgreSQL (several hosts). Each test runs once per backend, with the same expec
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -210,3 +211,31 @@ def test_a_pending_summary_a_delivery_and_step_processes_are_kept(store: Store) 
     assert store.step_processes() == [first, second]
     store.forget_step_process(first)
     assert store.step_processes() == [second]
+
+
+def test_an_instance_lives_while_it_beats_and_until_it_stops(store: Store) -> None:
+    store.register_instance("agent-a", "agent", "gpu-a", 11)
+    store.register_instance("agent-b", "agent", "gpu-b", 12)
+    alive = store.instances_alive(["agent-a", "agent-b", "unknown"], stalled_after_s=60)
+    assert "unknown" not in alive  # another deployment's: not this store's to judge
+    if isinstance(store, SQLiteStore):
+        # One machine: one `serve` per database, so a new start means the earlier one is over.
+        assert alive == {"agent-a": False, "agent-b": True}
+        assert not store.instance_heartbeat("agent-a")
+    else:
+        assert alive == {"agent-a": True, "agent-b": True}
+        assert store.instance_heartbeat("agent-a")
+        time.sleep(0.2)
+        assert store.instances_alive(["agent-a"], stalled_after_s=0.1) == {"agent-a": False}
+    store.instance_stopped("agent-b")
+    assert store.instances_alive(["agent-b"], stalled_after_s=60) == {"agent-b": False}
+    assert not store.instance_heartbeat("agent-b")
+
+
+def test_the_runs_over_are_those_that_ended(store: Store) -> None:
+    waiting = store.enqueue(run_request("a" * 40), "default", "k-waiting")
+    ended = store.enqueue(run_request("b" * 40, pr=8), "default", "k-ended")
+    assert waiting is not None and ended is not None
+    store.request_cancel(REPO, 8)
+    assert store.runs_over({waiting.id, ended.id, "unknown"}) == {ended.id}
+    assert store.runs_over(set()) == set()

@@ -30,6 +30,7 @@ from bot.service.executor import RunExecutor
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
+from bot.service.instance import Instance
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
@@ -44,8 +45,9 @@ from handlers.context import HandlerContext
 from handlers.routing import router
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
-from runner.backends.docker import remove_orphans
+from runner.backends.docker_engine import remove_leftovers
 from runner.backends.host import kill_leftovers
+from runner.backends.ownership import Owner
 from runner.workspace import remove_stale_workspaces
 
 log = structlog.get_logger(__name__)
@@ -60,18 +62,21 @@ ENGINE_FIX = (
 )
 
 
-def service_policy(settings: Settings) -> RunnerPolicy:
-    """How `serve` chooses each run's runner: the container engine unless the operator said host."""
+def service_policy(settings: Settings, owner: Owner | None = None) -> RunnerPolicy:
+    """How `serve` chooses each run's runner: the container engine unless the operator said host;
+    what the runs start on the engine is ``owner``'s (this instance's)."""
     return RunnerPolicy(
         mode=settings.runner,
         host="trusted-code-only" if settings.allow_host_runner == "trusted-code-only" else "never",
         default_image=settings.default_image,
         redact=settings.service_secrets(),
+        owner=owner,
     )
 
 
-def check_engine_at_startup(settings: Settings) -> None:
-    """Say loudly what will go wrong before the first run does; remove containers of dead runs."""
+def check_engine_at_startup(settings: Settings, instance: Instance) -> None:
+    """Say loudly what will go wrong before the first run does; remove what this instance may of
+    what runners left on the engine: dead owners' and ended runs' (never a live neighbour's)."""
     if settings.runner == "host":
         log.warning(
             "host runner: pull requests by trusted authors and default-branch runs execute on this "
@@ -83,11 +88,11 @@ def check_engine_at_startup(settings: Settings) -> None:
         log.error("container engine unreachable", where=engine.where, error=engine.error, fix=ENGINE_FIX)
         return
     try:
-        removed = remove_orphans(client)
+        removed, volumes = remove_leftovers(client, instance.owner, instance.alive, instance.store.runs_over)
     finally:
         client.close()
-    if removed:
-        log.warning("orphaned containers removed", count=removed)
+    if removed or volumes:
+        log.warning("containers of dead runs removed", count=removed, volumes=volumes)
     if settings.default_image is None:
         log.info("no PARITYBOT_DEFAULT_IMAGE: runs of environments that name no image will fail, saying so")
 
@@ -105,6 +110,7 @@ class Service:
     app: GitHubApp
     web_app: web.Application
     supervisor: Supervisor
+    instance: Instance
     fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
 
     async def stop(self) -> None:
@@ -115,6 +121,7 @@ class Service:
         if self.fleet is not None:
             await self.fleet.stop()
             await self.fleet.locks.close()
+        await self.instance.stop()
         await self.session.close()
         self.store.close()
 
@@ -140,8 +147,10 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     if settings.is_postgres:
         return await _build(settings, *await _fleet_parts(settings))
     store = SQLiteStore(settings.sqlite_path)
+    instance = Instance(store, "serve", settings.heartbeat_s, settings.stalled_after_s)
+    await asyncio.to_thread(instance.register)
     await asyncio.to_thread(recover_at_startup, store, settings)
-    await asyncio.to_thread(check_engine_at_startup, settings)
+    await asyncio.to_thread(check_engine_at_startup, settings, instance)
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
     locks = PrLocks()
@@ -154,7 +163,7 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     )
     executor = RunExecutor(
         store,
-        runner or runner_factory(service_policy(settings)),
+        runner or runner_factory(service_policy(settings, instance.owner)),
         workspace_root=settings.workspace_root,
         cache_root=settings.cache_root,
         app=app,
@@ -168,7 +177,7 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         heartbeat_s=settings.heartbeat_s,
         publish=reconciler.publish,
     )
-    return await _build(settings, store, locks, session, app, reconciler, workers, None)
+    return await _build(settings, store, locks, session, app, reconciler, workers, None, instance)
 
 
 def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
@@ -183,14 +192,19 @@ def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp
 
 async def _fleet_parts(
     settings: Settings,
-) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, Reconciler, None, FleetLoops]:
+) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, Reconciler, None, FleetLoops, Instance]:
     """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the reconciler
     (publishing only: the reaper takes back stalled runs) and the fleet's loops."""
     store = await asyncio.to_thread(
         partial(
-            FleetStore, settings.database_url, delivery_lease=timedelta(seconds=settings.delivery_lease_s)
+            FleetStore,
+            settings.database_url,
+            delivery_lease=timedelta(seconds=settings.delivery_lease_s),
+            stalled_after=timedelta(seconds=settings.stalled_after_s),
         )
     )
+    instance = Instance(store, "serve", settings.heartbeat_s, settings.stalled_after_s)
+    await asyncio.to_thread(instance.register)
     locks = AdvisoryPrLocks(settings.database_url)
     await locks.open()
     session = aiohttp.ClientSession()
@@ -206,7 +220,7 @@ async def _fleet_parts(
         stalled_after_s=settings.stalled_after_s,
         max_attempts=settings.max_attempts,
     )
-    return store, locks, session, app, reconciler, None, fleet
+    return store, locks, session, app, reconciler, None, fleet, instance
 
 
 async def _build(
@@ -218,6 +232,7 @@ async def _build(
     reconciler: Reconciler,
     workers: WorkerPool | None,
     fleet: FleetLoops | None,
+    instance: Instance,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
@@ -255,10 +270,13 @@ async def _build(
         on_recorded=recorded.set,
         loops_down=supervisor.down,
     )
-    return Service(settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, fleet)
+    return Service(
+        settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, instance, fleet
+    )
 
 
 async def start_service(service: Service) -> None:
+    service.instance.start(service.supervisor)
     service.reconciler.start(service.supervisor)  # its first pass finishes what the last process left due
     if service.workers is not None:
         service.workers.start(service.supervisor)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import structlog
 from bot.core.config import RepoConfig
 from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
-from bot.render.check_runs import CheckRunOutput, render_in_progress_output
+from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
@@ -64,15 +65,18 @@ class RunExecutor:
             else None
         )
         pr = job.pr_number
-        await _send_reports("queue positions", self._refresh_waiting(job))
+        if self.app is not None:
+            await _send_reports("queue positions", partial(refresh_waiting, self.store, self.reconciler, job))
         if reporter is not None and pr is not None:
             async with self.locks(job.repo, pr):
                 fresh = await asyncio.to_thread(self.store.get_job, job.id)
             job = fresh or job
             await report_started(reporter, job)
         early = EarlyResults(self.store, job, reporter)
-        report = await self._execute(job, cancel, token, early)
-        await early.drain()
+        try:
+            report = await self._execute(job, cancel, token, early)
+        finally:
+            await early.drain()  # never left running behind the run, whatever ended it
         if not await asyncio.to_thread(
             self.store.finish, job.id, report.state, report, report.error, attempt=job.attempts
         ):
@@ -83,24 +87,6 @@ class RunExecutor:
         await remember(self.store, self.locks, job, report)
         log.info("run finished", state=report.state.value, error=report.error)
         await self.reconciler.publish(job.id)
-
-    async def _refresh_waiting(self, started: Job) -> None:
-        """Everyone behind a run that starts moved up one place: their summaries say so.
-
-        Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
-        API calls per started run; the rest catch up as the queue moves.
-        """
-        if self.app is None:
-            return
-        queued = await asyncio.to_thread(self.store.jobs_in_state, RunState.QUEUED)
-        waiting: dict[tuple[str, int], Job] = {}
-        for other in queued:
-            if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
-                waiting.setdefault((other.repo, other.pr_number), other)
-        for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-            reporter = await self.reconciler.reporter(other)
-            if reporter is not None:
-                await reporter.refresh_summary(repo, number)
 
     async def _execute(
         self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
@@ -117,6 +103,24 @@ class RunExecutor:
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
         )
+
+
+async def refresh_waiting(store: Store, reconciler: Reconciler, started: Job) -> None:
+    """Everyone behind a run that starts moved up one place: their summaries say so (one machine:
+    the executor; several hosts: the service, once an agent recorded the start).
+
+    Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
+    API calls per started run; the rest catch up as the queue moves.
+    """
+    queued = await asyncio.to_thread(store.jobs_in_state, RunState.QUEUED)
+    waiting: dict[tuple[str, int], Job] = {}
+    for other in queued:
+        if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
+            waiting.setdefault((other.repo, other.pr_number), other)
+    for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
+        reporter = await reconciler.reporter(other)
+        if reporter is not None:
+            await reporter.refresh_summary(repo, number)
 
 
 async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) -> None:
@@ -145,12 +149,26 @@ async def report_started(reporter: GitHubReporter, job: Job) -> None:
     assert job.pr_number is not None
     await _send_reports(
         "start",
-        reporter.sync_check_runs(
+        partial(
+            reporter.sync_check_runs,
             job,
             render_in_progress_output(job.environment, attempt=job.attempts),
             while_state=RunState.RUNNING,
         ),
-        reporter.refresh_summary(job.repo, job.pr_number),
+        partial(reporter.refresh_summary, job.repo, job.pr_number),
+    )
+
+
+async def report_progress(reporter: GitHubReporter, job: Job, report: RunReport) -> None:
+    """A running job's results so far: the check runs of the checks that finished completed, the
+    summary refreshed (one machine: its executor; several hosts: the service, from what the agent
+    wrote to the store)."""
+    assert job.pr_number is not None
+    done = [out for out in render_check_runs(report) if out.status == "completed"]
+    await _send_reports(
+        "early results",
+        partial(reporter.sync_check_runs, job, done, while_state=RunState.RUNNING),
+        partial(reporter.refresh_summary, job.repo, job.pr_number),
     )
 
 
@@ -203,16 +221,16 @@ async def run_pipeline(
             await stop
 
 
-async def _send_reports(what: str, *calls: Coroutine[Any, Any, Any]) -> None:
+async def _send_reports(what: str, *calls: Callable[[], Awaitable[Any]]) -> None:
     """Send reports one after another; a GitHub error is logged, and never loses the run's result,
-    which is in the store already and is sent again at the next refresh of the PR."""
-    for i, call in enumerate(calls):
+    which is in the store already and is sent again at the next refresh of the PR. Each call is
+    made only when its turn comes: one that never comes (an error, a cancelled task) leaves no
+    coroutine behind that nobody awaits."""
+    for call in calls:
         try:
-            await call
+            await call()
         except Exception:
             log.exception("reporting to GitHub failed", what=what)
-            for rest in calls[i + 1 :]:
-                rest.close()
             return
 
 
@@ -234,19 +252,14 @@ class EarlyResults:
             return
         if self.reporter is None or self.job.pr_number is None:
             return
-        done = [out for out in render_check_runs(report) if out.status == "completed"]
         previous = self._sending
-        self._sending = asyncio.create_task(self._send(previous, done))
+        self._sending = asyncio.create_task(self._send(previous, report))
 
-    async def _send(self, previous: asyncio.Task[None] | None, done: list[CheckRunOutput]) -> None:
+    async def _send(self, previous: asyncio.Task[None] | None, report: RunReport) -> None:
         if previous is not None:
             await previous
-        assert self.reporter is not None and self.job.pr_number is not None
-        await _send_reports(
-            "early results",
-            self.reporter.sync_check_runs(self.job, done, while_state=RunState.RUNNING),
-            self.reporter.refresh_summary(self.job.repo, self.job.pr_number),
-        )
+        assert self.reporter is not None
+        await report_progress(self.reporter, self.job, report)
 
     async def drain(self) -> None:
         """Wait for the updates under way: the final one must come after them."""

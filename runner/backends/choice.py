@@ -26,6 +26,7 @@ import structlog
 from bot.core.config import Environment
 from runner.backends.base import Runner, RunnerFactory, RunnerRequest, RunRefused
 from runner.backends.host import HostRunner
+from runner.backends.ownership import Owner
 
 if TYPE_CHECKING:
     import docker
@@ -71,6 +72,8 @@ class RunnerPolicy:
     image_hint: str = SERVICE_IMAGE_HINT
     redact: tuple[str, ...] = ()
     """The service's secrets, never shown in any run's output."""
+    owner: Owner | None = None
+    """Who owns the containers the runs start: the service's or agent's instance (None: this process)."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,13 @@ async def choose_runner(
 
     environment = request.environment.model_copy(update={"image": choice.image})
     return DockerRunner(
-        environment, request.run_id, client, redact=list(secrets), reason=choice.reason, owns_client=True
+        environment,
+        request.run_id,
+        client,
+        redact=list(secrets),
+        reason=choice.reason,
+        owns_client=True,
+        owner=policy.owner,
     )
 
 

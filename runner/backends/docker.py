@@ -10,7 +10,7 @@ What a run gets, and why:
   to step, while the host's checkout is never written. The copy is made with the Docker API
   (``put_archive``), so it works with a remote engine and with a runner that itself runs in a
   container. The volume is removed when the run closes, or at the next start-up if the runner
-  died (:func:`remove_orphans`). A scratch step (``Step.scratch``) gets a new volume of its own
+  died (:func:`runner.backends.docker_engine.remove_orphans`). A scratch step (``Step.scratch``) gets a new volume of its own
   instead, mounted at the same place: its directory and home, and nothing of the run.
 * Hardening by default: a non-root user (``environment.user``, else ``1000:1000``, which needs no
   entry in the image's ``/etc/passwd``), every capability dropped, ``no-new-privileges``, a
@@ -28,24 +28,25 @@ What a run gets, and why:
   (:mod:`runner.backends.workspace_watch`), and collected files are read back only up to their cap, never
   through a link (:mod:`runner.backends.collect`).
 
+The pure parts live beside it, each tested on its own: the limits (:mod:`runner.backends.docker_limits`),
+the image's user and digest (:mod:`runner.backends.docker_image`), archives in and out
+(:mod:`runner.backends.docker_archives`), the output's cap (:mod:`runner.backends.docker_output`), and
+the labels and the engine calls that tolerate a gone container (:mod:`runner.backends.docker_engine`).
+
 Why one module past 400 lines: :class:`DockerRunner` is one container lifecycle per run (image,
-volumes, steps, cancellation, clean-up) whose parts share its state; the pure helpers above it
-(limits, devices, users, archives, output) are plain functions tested on their own.
+volumes, steps, cancellation, clean-up) whose parts share its state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
+import hashlib
 import os
-import re
 import tarfile
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,12 @@ import docker.errors
 import requests
 import structlog
 from docker.models.containers import Container
-from docker.types import DeviceRequest, LogConfig, Ulimit
-from docker.utils import parse_bytes
+from docker.types import LogConfig, Ulimit
 
 from bot.core.config import (
-    CPUS_DEFAULT_MAX,
-    MEMORY_DEFAULT_MAX,
-    SHM_DEFAULT_MAX,
-    TMPFS_DEFAULT_MAX,
     Environment,
-    ResourceLimits,
 )
-from bot.core.secrets import SECRET_MIN_LEN, redact
+from bot.core.secrets import redact
 from runner.backends.base import (
     COLLECT_MAX_BYTES,
     RunnerError,
@@ -74,15 +69,38 @@ from runner.backends.base import (
     StepResult,
     ToolStore,
 )
-from runner.backends.collect import CollectRefused, check_archive_stat, collect_files, read_archive_file
+from runner.backends.collect import CollectRefused, collect_files
+from runner.backends.docker_archives import (
+    files_archive,
+    read_container_file,
+    safe_relative,
+    workspace_archive,
+)
+from runner.backends.docker_engine import (
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    LABEL_RUN_ID,
+    api_error_text,
+    inspect_state,
+    kill_container,
+    remove_container,
+    safe_name,
+    writable_volumes,
+)
+from runner.backends.docker_image import needs_image_accounts, parse_user, pick_repo_digest, store_volume_name
+from runner.backends.docker_limits import (
+    device_requests,
+    effective_limits,
+    gpus_flag,
+    human_size,
+    workspace_limit,
+)
+from runner.backends.docker_output import OutputBuffer
+from runner.backends.ownership import OWNER_LABEL, Owner, this_process
 from runner.backends.workspace_watch import WorkspaceWatch
 
 log = structlog.get_logger(__name__)
 
-LABEL_MANAGED = "paritybot.managed"
-LABEL_RUN_ID = "paritybot.run-id"
-# step, watch (the workspace watcher beside the steps), workspace (per-run volume) or store (kept across runs)
-LABEL_ROLE = "paritybot.role"
 
 RUN_MOUNT = "/paritybot"
 WORKSPACE_DIR = f"{RUN_MOUNT}/workspace"
@@ -107,291 +125,11 @@ _GPU_ERRORS = (
 # The engine keeps no log of a step: its output is read from the attached stream, capped, and a
 # json-file log would grow on the engine's disk as fast as the step prints (70 MB/s measured).
 NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
-_ARCHIVE_CHUNK = 1 << 20  # how much of a collected file's archive is read at a time
 OnOutput = Callable[[str], None]
-
-
-# --- pure helpers ----------------------------------------------------------------------------------
-
-
-def device_requests(gpus: str | int | list[str]) -> list[DeviceRequest]:
-    """``environment.gpus`` as Docker device requests: 'all', a count, device ids, or none."""
-    if gpus == "none" or gpus == 0 or gpus == []:
-        return []
-    if gpus == "all":
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    if isinstance(gpus, int):
-        return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
-    if isinstance(gpus, list):
-        return [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
-    raise ValueError(f"gpus must be 'all', 'none', a count or a list of device ids, not {gpus!r}")
-
-
-@dataclass(frozen=True)
-class EffectiveLimits:
-    """The limits a step container gets, sizes in bytes."""
-
-    memory: int
-    shm: int
-    tmpfs: int
-    cpus: float
-    pids: int
-
-
-def effective_limits(limits: ResourceLimits, engine_memory: int, engine_cpus: int) -> EffectiveLimits:
-    """The configured limits, with unset ones derived from the engine's machine.
-
-    The rule, said in the config schema too: memory = min(16g, 3/4 of the engine's memory);
-    shm = min(8g, memory / 2); tmpfs = min(4g, memory / 4); cpus = min(8, the engine's CPUs), and
-    a configured CPU count above the engine's is lowered to it (Docker refuses more). An engine
-    that reports no memory or CPU count (0) gets the maximums. Raises ValueError on a bad size.
-    """
-    if limits.memory is not None:
-        memory = _size(limits.memory, "memory")
-    else:
-        memory = _size(MEMORY_DEFAULT_MAX, "memory")
-        if engine_memory > 0:
-            memory = min(memory, _round_down_mib(engine_memory * 3 // 4))
-    if limits.shm_size is not None:
-        shm = _size(limits.shm_size, "shm_size")
-    else:
-        shm = min(_size(SHM_DEFAULT_MAX, "shm_size"), _round_down_mib(memory // 2))
-    if limits.tmpfs_size is not None:
-        tmpfs = _size(limits.tmpfs_size, "tmpfs_size")
-    else:
-        tmpfs = min(_size(TMPFS_DEFAULT_MAX, "tmpfs_size"), _round_down_mib(memory // 4))
-    cpus = limits.cpus if limits.cpus is not None else CPUS_DEFAULT_MAX
-    if engine_cpus > 0:
-        cpus = min(cpus, float(engine_cpus))
-    return EffectiveLimits(memory=memory, shm=shm, tmpfs=tmpfs, cpus=cpus, pids=limits.pids)
-
-
-def _size(value: str, key: str) -> int:
-    try:
-        return int(parse_bytes(value))
-    except docker.errors.DockerException as exc:
-        raise ValueError(f"limits.{key} = {value!r}: {exc}") from None
-
-
-def _round_down_mib(n: int) -> int:
-    return max(n >> 20, 1) << 20
-
-
-def human_size(n: int) -> str:
-    """Bytes in Docker's size syntax, as short as it stays exact: 8g, 768m, 1536k, 1000."""
-    for suffix, shift in (("g", 30), ("m", 20), ("k", 10)):
-        if n and n % (1 << shift) == 0:
-            return f"{n >> shift}{suffix}"
-    return str(n)
-
-
-def gpus_flag(gpus: str | int | list[str]) -> str | None:
-    """The ``docker run --gpus`` value asking for the same GPUs; None when no GPU is requested."""
-    if not device_requests(gpus):
-        return None
-    if isinstance(gpus, list):
-        # The CLI splits --gpus on commas, so a device list must be quoted inside the value.
-        return '"device=' + ",".join(str(g) for g in gpus) + '"'
-    return str(gpus)
-
-
-def _edge_redact(head: str, tail: str, secrets: Iterable[str]) -> tuple[str, str]:
-    """Hide a secret cut in two by the output cap: its start ends the head, its end starts the tail."""
-    for secret in (s for s in secrets if len(s) >= SECRET_MIN_LEN):
-        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
-            if head.endswith(secret[:n]):
-                head = head[: len(head) - n] + "***"
-                break
-        for n in range(len(secret) - 1, SECRET_MIN_LEN - 1, -1):
-            if tail.startswith(secret[-n:]):
-                tail = "***" + tail[n:]
-                break
-    return head, tail
-
-
-class OutputBuffer:
-    """Keeps the first and the last ``limit // 2`` characters of a stream, in bounded memory."""
-
-    def __init__(self, limit: int):
-        self._half = max(limit // 2, 1)
-        self._head: list[str] = []
-        self._head_len = 0
-        self._tail = ""
-        self._dropped = 0
-        self._decoder = _Utf8Decoder()
-
-    def feed(self, chunk: bytes) -> str:
-        """Take a chunk; returns its decoded text (all of it, whatever the cap keeps)."""
-        decoded = self._decoder.decode(chunk)
-        text = decoded
-        room = self._half - self._head_len
-        if room > 0:
-            self._head.append(text[:room])
-            self._head_len += min(room, len(text))
-            text = text[room:]
-        if text:
-            self._tail += text
-            if len(self._tail) > self._half:
-                self._dropped += len(self._tail) - self._half
-                self._tail = self._tail[-self._half :]
-        return decoded
-
-    def text(self, secrets: Iterable[str] = ()) -> str:
-        self.feed(b"")
-        self._tail += self._decoder.decode(b"", final=True)
-        head, tail = "".join(self._head), self._tail
-        secrets = list(secrets)
-        if not self._dropped:
-            return redact(head + tail, secrets)
-        head, tail = _edge_redact(redact(head, secrets), redact(tail, secrets), secrets)
-        return f"{head}\n\n… {self._dropped} characters cut …\n\n{tail}"
-
-
-class _Utf8Decoder:
-    def __init__(self) -> None:
-        import codecs
-
-        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def decode(self, data: bytes, final: bool = False) -> str:
-        return self._dec.decode(data, final)
-
-
-def parse_user(spec: str, passwd: str | None = None, group: str | None = None) -> tuple[int, int]:
-    """Numeric (uid, gid) for a Docker ``user`` value, resolved the way the engine resolves it.
-
-    ``uid[:gid]`` needs no files; a name needs the image's ``/etc/passwd`` (and ``/etc/group`` for a
-    group name). A uid without a gid takes the passwd entry's group, else 0, as Docker does.
-    """
-    user, _, grp = spec.partition(":")
-    users = _colon_table(passwd)  # name → [name, password, uid, gid, ...]
-    if user.isdigit():
-        uid = int(user)
-        entry = next((row for row in users.values() if row[2] == user), None)
-    elif user in users and users[user][2].isdigit():
-        entry = users[user]
-        uid = int(entry[2])
-    else:
-        raise RunnerError(f"user {user!r} is not in the image's /etc/passwd; use a numeric uid:gid")
-    default_gid = int(entry[3]) if entry and len(entry) > 3 and entry[3].isdigit() else 0
-    if not grp:
-        return uid, default_gid
-    if grp.isdigit():
-        return uid, int(grp)
-    groups = _colon_table(group)  # name → [name, password, gid, members]
-    if grp in groups and groups[grp][2].isdigit():
-        return uid, int(groups[grp][2])
-    raise RunnerError(f"group {grp!r} is not in the image's /etc/group; use a numeric uid:gid")
-
-
-def _colon_table(text: str | None) -> dict[str, list[str]]:
-    """name → all fields of its line, for passwd and group files."""
-    table: dict[str, list[str]] = {}
-    for line in (text or "").splitlines():
-        fields = line.split(":")
-        if len(fields) >= 3 and not line.startswith("#"):
-            table.setdefault(fields[0], fields)
-    return table
-
-
-def needs_image_accounts(spec: str) -> bool:
-    """Whether resolving ``spec`` needs the image's passwd/group files."""
-    user, sep, grp = spec.partition(":")
-    return not (user.isdigit() and sep and grp.isdigit())
-
-
-def pick_repo_digest(image_name: str, repo_digests: list[str]) -> str | None:
-    """The ``repo@sha256:…`` naming the configured repository, else the first one, else None."""
-    repo = _repository(image_name)
-    for ref in repo_digests:
-        if ref.split("@", 1)[0] == repo:
-            return ref
-    return repo_digests[0] if repo_digests else None
-
-
-def _repository(image_name: str) -> str:
-    name = image_name.split("@", 1)[0]
-    # A tag follows the last colon only if that colon comes after the last slash (registry:port/…).
-    if ":" in name.rsplit("/", 1)[-1]:
-        name = name.rsplit(":", 1)[0]
-    return name
-
-
-def store_volume_name(key: str, image_digest: str, uid: int) -> str:
-    """One volume per (store key, image, user): environments built elsewhere are never mixed in."""
-    digest = image_digest.split(":", 1)[-1][:16]
-    return f"paritybot-store-{key}-{digest}-u{uid}"
-
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:100]
-
-
-def _api_error_text(exc: Exception) -> str:
-    explanation = getattr(exc, "explanation", None)
-    if isinstance(explanation, bytes):
-        explanation = explanation.decode("utf-8", "replace")
-    return str(explanation or exc).strip()
 
 
 def _is_gpu_error(text: str) -> bool:
     return any(marker in text for marker in _GPU_ERRORS)
-
-
-# --- tar archives in and out of containers -----------------------------------------------------------
-
-
-def _owned(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
-    def set_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-        return info
-
-    return set_owner
-
-
-def workspace_archive(workspace: Path, top: str, uid: int, gid: int) -> tempfile.SpooledTemporaryFile[bytes]:
-    """A tar of ``workspace`` under ``top/``, every entry owned by the step user; spooled to disk."""
-    # Returned open: the caller streams it to the engine and closes it.
-    spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(max_size=32 << 20)  # noqa: SIM115
-    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(workspace, arcname=top, recursive=True, filter=_owned(uid, gid))
-    spool.seek(0)
-    return spool
-
-
-def files_archive(dirs: Iterable[str], files: dict[str, str], uid: int, gid: int) -> bytes:
-    """A tar with directories and text files (path → text), every entry owned by the step user."""
-    buf = io.BytesIO()
-    now = time.time()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        made: set[str] = set()
-        for path in [*dirs, *(str(Path(p).parent) for p in files)]:
-            parts = Path(path).parts
-            for i in range(1, len(parts) + 1):
-                sub = "/".join(parts[:i])
-                if sub in made or sub == ".":
-                    continue
-                made.add(sub)
-                info = tarfile.TarInfo(sub)
-                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
-                tar.addfile(_owned(uid, gid)(info))
-        for path, text in files.items():
-            data = text.encode("utf-8")
-            info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), 0o644, now
-            tar.addfile(_owned(uid, gid)(info), io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _safe_relative(rel: str) -> str:
-    """A workspace-relative path that cannot climb out of the workspace."""
-    parts = Path(rel).parts
-    if not parts or Path(rel).is_absolute() or ".." in parts:
-        raise RunnerError(f"path {rel!r} must be relative to the workspace and stay inside it")
-    return "/".join(parts)
-
-
-# --- the runner ------------------------------------------------------------------------------------
 
 
 class DockerRunner:
@@ -408,11 +146,15 @@ class DockerRunner:
         output_limit: int = 200_000,
         on_output: OnOutput | None = None,
         owns_client: bool | None = None,
+        owner: Owner | None = None,
     ):
         if not environment.image:
             raise RunnerError(f"environment {environment.name} has no image; the container runner needs one")
         self.environment = environment
         self.run_id = run_id
+        # What this runner starts is labelled with its owner, so that a neighbour on the same
+        # engine that starts up leaves it alone while the owner lives (runner.backends.ownership).
+        self.owner = owner or this_process()
         self._client = client
         # A client made here, or handed over with owns_client=True, is closed with the runner.
         self._own_client = client is None if owns_client is None else owns_client
@@ -431,7 +173,9 @@ class DockerRunner:
         self._host_config: dict[str, Any] = {}
         self._workspace_limit = 0
         self._watch: WorkspaceWatch | None = None
-        self._run_volume = f"paritybot-run-{_safe_name(run_id)}"
+        # Another owner may run another attempt of the same run on this engine: never the same volume.
+        owner_tag = hashlib.sha256(self.owner.label.encode()).hexdigest()[:8]
+        self._run_volume = f"paritybot-run-{safe_name(run_id)}-{owner_tag}"
         self._volumes_ready = False
         self._stores_ready: set[str] = set()
         self._copied: Path | None = None
@@ -482,14 +226,14 @@ class DockerRunner:
         except docker.errors.ImageNotFound:
             pass
         except docker.errors.APIError as exc:
-            raise RunnerError(f"could not inspect image {name}: {_api_error_text(exc)}") from None
+            raise RunnerError(f"could not inspect image {name}: {api_error_text(exc)}") from None
         log.info("pulling image", image=name)
         try:
             # pull() with no tag means :latest; a name with a tag or digest pulls exactly that.
             return self.client.images.pull(name)
         except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
             raise RunnerError(
-                f"image {name} is not on the container engine and could not be pulled: {_api_error_text(exc)}"
+                f"image {name} is not on the container engine and could not be pulled: {api_error_text(exc)}"
             ) from None
 
     @property
@@ -508,7 +252,7 @@ class DockerRunner:
         """A file of the image, read from a created (never started) container."""
         container = self.client.containers.create(self._image_id, ["true"], labels=self._labels("step"))
         try:
-            return _read_container_file(container, path, COLLECT_MAX_BYTES)
+            return read_container_file(container, path, COLLECT_MAX_BYTES)
         except docker.errors.NotFound:
             return None
         except CollectRefused as exc:
@@ -554,7 +298,7 @@ class DockerRunner:
         if self._image_id is None:
             await self.prepare()
         for rel in step.inject:
-            _safe_relative(rel)
+            safe_relative(rel)
         started = time.monotonic()
         try:
             container = await asyncio.to_thread(self._create, step, workspace)
@@ -563,13 +307,13 @@ class DockerRunner:
                 return await self._run_watched(step, container, started)
             finally:
                 self._current = None
-                await asyncio.to_thread(_remove_container, container)
+                await asyncio.to_thread(remove_container, container)
         except (docker.errors.DockerException, requests.RequestException) as exc:
             # The engine failed under us (restarted, disk full): the run cannot go on.
-            raise RunnerError(f"{step.name}: container engine error: {_api_error_text(exc)}") from None
+            raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
 
     def _create(self, step: Step, workspace: Path) -> Container:
-        name = f"paritybot-{_safe_name(self.run_id)}-{_safe_name(step.name)}-{os.urandom(3).hex()}"
+        name = f"paritybot-{safe_name(self.run_id)}-{safe_name(step.name)}-{os.urandom(3).hex()}"
         if step.scratch:
             mounts = {self._scratch_volume(name): {"bind": RUN_MOUNT, "mode": "rw"}}
         else:
@@ -587,7 +331,7 @@ class DockerRunner:
             mounts |= self._store_mount(step.store)
             env[step.store.env] = f"{STORE_MOUNT}/{STORE_SUBDIR}"
         root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
-        workdir = f"{root}/{_safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
+        workdir = f"{root}/{safe_relative(step.workdir)}" if step.workdir not in (".", "") else root
         try:
             container = self.client.containers.create(
                 self._image_id,
@@ -606,16 +350,14 @@ class DockerRunner:
                 **self._host_config,
             )
         except docker.errors.APIError as exc:
-            raise RunnerError(
-                f"{step.name}: could not create the container: {_api_error_text(exc)}"
-            ) from None
+            raise RunnerError(f"{step.name}: could not create the container: {api_error_text(exc)}") from None
         try:
             if step.scratch:
                 self._fill_scratch(container, step, root)
             else:
                 self._fill(container, step, workspace)
         except BaseException:
-            _remove_container(container)
+            remove_container(container)
             raise
         return container
 
@@ -642,14 +384,14 @@ class DockerRunner:
             raise RunnerError(
                 f"this run's workspace is {self._copied}, not {resolved}: one runner serves one workspace"
             )
-        files = {f"workspace/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
+        files = {f"workspace/{safe_relative(rel)}": text for rel, text in step.inject.items()}
         container.put_archive(RUN_MOUNT, files_archive(["home"], files, uid, gid))
 
     def _fill_scratch(self, container: Container, step: Step, root: str) -> None:
         """A scratch step gets its injected files in its own volume; the workspace is never there."""
         uid, gid = self._uid_gid or (0, 0)
         top = root.removeprefix(f"{RUN_MOUNT}/")
-        files = {f"{top}/{_safe_relative(rel)}": text for rel, text in step.inject.items()}
+        files = {f"{top}/{safe_relative(rel)}": text for rel, text in step.inject.items()}
         container.put_archive(RUN_MOUNT, files_archive(["home", top], files, uid, gid))
 
     def _ensure_volumes(self) -> None:
@@ -689,7 +431,7 @@ class DockerRunner:
             uid, gid = self._uid_gid or (0, 0)
             holder.put_archive(STORE_MOUNT, files_archive([STORE_SUBDIR], {}, uid, gid))
         finally:
-            _remove_container(holder)
+            remove_container(holder)
 
     def _get_or_create_volume(self, name: str, labels: dict[str, str]) -> Any:
         try:
@@ -701,21 +443,24 @@ class DockerRunner:
         return {self._run_volume: {"bind": RUN_MOUNT, "mode": "rw"}}
 
     def _labels(self, role: str, **extra: str) -> dict[str, str]:
-        return {LABEL_MANAGED: "1", LABEL_RUN_ID: self.run_id, LABEL_ROLE: role} | {
-            f"paritybot.{k}": v for k, v in extra.items()
-        }
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_RUN_ID: self.run_id,
+            LABEL_ROLE: role,
+            OWNER_LABEL: self.owner.label,
+        } | {f"paritybot.{k}": v for k, v in extra.items()}
 
     async def _run_watched(self, step: Step, container: Container, started: float) -> StepResult:
         """The step under the workspace's watchdog (:mod:`runner.backends.workspace_watch`): the run's watcher,
         or for a scratch step one of its own over the volumes it may write."""
         if step.scratch:
-            watch = await asyncio.to_thread(self._start_watch, _writable_volumes(container))
+            watch = await asyncio.to_thread(self._start_watch, writable_volumes(container))
         else:
             if self._watch is None:
                 self._watch = await asyncio.to_thread(self._start_watch, [self._run_volume])
             watch = self._watch
         try:
-            refused = watch.step_started(lambda: _kill(container))
+            refused = watch.step_started(lambda: kill_container(container))
             if refused is not None:
                 raise RunnerError(f"{step.name}: {refused}")
             try:
@@ -752,7 +497,7 @@ class DockerRunner:
         try:
             await asyncio.to_thread(container.start)
         except docker.errors.APIError as exc:
-            text = _api_error_text(exc)
+            text = api_error_text(exc)
             if _is_gpu_error(text):
                 raise RunnerError(f"{step.name}: GPUs were requested but {NVIDIA_HINT} ({text})") from None
             return StepResult(
@@ -769,9 +514,9 @@ class DockerRunner:
         timed_out = pump not in done and not self._cancelled
         cancel_wait.cancel()
         if pump not in done:
-            await asyncio.to_thread(_kill, container)
+            await asyncio.to_thread(kill_container, container)
         status = await pump
-        state = (await asyncio.to_thread(_inspect_state, container)) or {}
+        state = (await asyncio.to_thread(inspect_state, container)) or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
         root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
@@ -822,8 +567,8 @@ class DockerRunner:
 
         def read_one(rel: str) -> str | None:
             try:
-                path = f"{root}/{_safe_relative(rel)}"
-                text = _read_container_file(container, path, step.collect_max_bytes)
+                path = f"{root}/{safe_relative(rel)}"
+                text = read_container_file(container, path, step.collect_max_bytes)
             except (docker.errors.NotFound, RunnerError):
                 return None
             except (docker.errors.APIError, tarfile.TarError) as exc:
@@ -840,7 +585,7 @@ class DockerRunner:
         self._cancel_event.set()
         container = self._current
         if container is not None:
-            await asyncio.to_thread(_kill, container)
+            await asyncio.to_thread(kill_container, container)
 
     async def close(self) -> None:
         await self.cancel()
@@ -854,93 +599,11 @@ class DockerRunner:
 
     def _remove_run_volume(self) -> None:
         # Containers of this run hold the volumes; remove any left by a step that crashed midway.
-        for container in self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}
-        ):
-            _remove_container(container)
+        # Only this owner's: another attempt of the run may be running elsewhere on the engine.
+        mine = {"label": [f"{LABEL_RUN_ID}={self.run_id}", f"{OWNER_LABEL}={self.owner.label}"]}
+        for container in self.client.containers.list(all=True, filters=mine):
+            remove_container(container)
         # The workspace volume and every scratch step's volume.
-        for volume in self.client.volumes.list(filters={"label": f"{LABEL_RUN_ID}={self.run_id}"}):
+        for volume in self.client.volumes.list(filters=mine):
             with contextlib.suppress(docker.errors.NotFound):
                 volume.remove(force=True)
-
-
-def _writable_volumes(container: Container) -> list[str]:
-    """The named volumes ``container`` mounts writable: what its step can fill."""
-    mounts = container.attrs.get("Mounts") or []
-    return [m["Name"] for m in mounts if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
-
-
-def workspace_limit(environment: Environment) -> int:
-    """``limits.workspace_size`` in bytes; a RunnerError naming the setting when it is not a size."""
-    from docker.utils import parse_bytes
-
-    try:
-        size = int(parse_bytes(environment.limits.workspace_size))
-    except docker.errors.DockerException as exc:
-        raise RunnerError(f"environment {environment.name}: bad limits.workspace_size: {exc}") from None
-    if size <= 0:
-        raise RunnerError(f"environment {environment.name}: limits.workspace_size must be more than 0")
-    return size
-
-
-def _read_container_file(container: Container, path: str, limit: int) -> str | None:
-    """A file of a container, refused from the engine's stat or cut off at ``limit`` bytes of archive."""
-    chunks, path_stat = container.get_archive(path, chunk_size=_ARCHIVE_CHUNK)
-    try:
-        check_archive_stat(path_stat, limit)
-    except CollectRefused:
-        chunks.close()  # the response ends here; the engine stops sending the archive
-        raise
-    return read_archive_file(chunks, limit)
-
-
-def _kill(container: Container) -> None:
-    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-        container.kill()
-
-
-def _remove_container(container: Container) -> None:
-    with contextlib.suppress(docker.errors.NotFound):
-        try:
-            container.remove(force=True, v=False)
-        except docker.errors.APIError as exc:
-            # 409: removal already in progress (a concurrent cancel); that is the outcome we want.
-            if getattr(exc, "status_code", None) != 409:
-                raise
-
-
-def _inspect_state(container: Container) -> dict[str, Any] | None:
-    try:
-        container.reload()
-    except docker.errors.NotFound:
-        return None
-    state = container.attrs.get("State")
-    return state if isinstance(state, dict) else None
-
-
-def remove_orphans(client: docker.DockerClient, live_run_ids: set[str] | None = None) -> int:
-    """Remove containers and per-run volumes left by runners that died; returns the container count.
-
-    Call it at start-up, before taking jobs, with the ids of runs still in progress elsewhere
-    (none, for a single runner). Store volumes are kept: they are meant to outlive runs.
-    """
-    live = live_run_ids or set()
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
-        if container.labels.get(LABEL_RUN_ID) in live:
-            continue
-        _remove_container(container)
-        removed += 1
-    volumes = 0
-    for volume in client.volumes.list(filters={"label": f"{LABEL_ROLE}=workspace"}):
-        labels = volume.attrs.get("Labels") or {}
-        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_RUN_ID) in live:
-            continue
-        try:
-            volume.remove(force=True)
-            volumes += 1
-        except docker.errors.APIError as exc:
-            log.warning("could not remove an orphaned volume", volume=volume.name, error=_api_error_text(exc))
-    if removed or volumes:
-        log.info("removed orphans", containers=removed, volumes=volumes)
-    return removed

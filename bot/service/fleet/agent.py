@@ -11,7 +11,11 @@ Around that, the agent:
   for its supervisor to start it afresh. Its results could not be written anyway: every write names
   the attempt and is refused unless this agent still owns it;
 - asks the service for a clone token per job (sealed to a key it keeps in memory) and never holds
-  the App's private key; it writes results to the database, and the service posts them;
+  the App's private key; it writes results to the database (the results so far too, as each check
+  finishes), and the service posts them;
+- is an instance in the store (:mod:`bot.service.instance`), beaten with its heartbeat: what its
+  runs start on the engine carries it, and every ``stalled_after_s`` it removes what dead
+  neighbours on the same engine left (never a live one's);
 - runs the stalled-job reaper too (several at once are safe), so runs come back when any agent or
   service replica is alive.
 """
@@ -38,14 +42,17 @@ from procrastinate.worker import Worker
 from bot.core.models import EnvFacts, RunReport, RunState
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import Opener, SealError
+from bot.service.instance import Instance
 from bot.service.store.postgres import TASK_NAME
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.records import Job
 
 log = structlog.get_logger(__name__)
 
-JobRunner = Callable[[Job, asyncio.Event, str | None, EnvFacts | None], Awaitable[RunReport]]
-"""Runs one job: (job, cancel, clone token, CI reference) → its report. The pipeline, in production."""
+Progress = Callable[[RunReport], Awaitable[None]]
+JobRunner = Callable[[Job, asyncio.Event, str | None, EnvFacts | None, Progress], Awaitable[RunReport]]
+"""Runs one job: (job, cancel, clone token, CI reference, where its results so far go) → its report.
+The pipeline, in production."""
 
 FENCED_EXIT = 75  # EX_TEMPFAIL: the supervisor starts the agent again
 TOKEN_WAIT_S = 60.0
@@ -69,8 +76,16 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, store: FleetStore, run_job: JobRunner, database_url: str):
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: FleetStore,
+        run_job: JobRunner,
+        database_url: str,
+        instance: Instance,
+    ):
         self.config = config
+        self.instance = instance
         self.store = store
         self.run_job = run_job
         self.database_url = database_url
@@ -114,6 +129,8 @@ class Agent:
                 if self.worker_id is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.to_thread(self.store.agent_stopped, self.worker_id)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.store.instance_stopped, self.instance.id)
 
     async def registered(self, worker_id: int) -> None:
         self.worker_id = worker_id
@@ -141,6 +158,7 @@ class Agent:
                 ),
                 name="reaper",
             ),
+            asyncio.create_task(self.instance.sweep_forever(), name="engine sweep"),
         ]
 
     # --- heartbeat and fencing --------------------------------------------------------------------
@@ -155,7 +173,8 @@ class Agent:
             return
         try:
             alive = await asyncio.wait_for(
-                asyncio.to_thread(self.store.agent_heartbeat, self.worker_id), self.config.heartbeat_s
+                asyncio.to_thread(self.store.agent_heartbeat, self.worker_id, self.instance.id),
+                self.config.heartbeat_s,
             )
         except Exception as exc:
             log.warning("heartbeat not written", error=f"{type(exc).__name__}: {exc}")
@@ -197,7 +216,7 @@ class Agent:
         structlog.contextvars.bind_contextvars(run_id=job.id, repo=job.repo, pr=job.pr_number)
         cancel = asyncio.Event()
         self._running[qid] = cancel
-        attempt = asyncio.create_task(self._attempt(job, qid, cancel))
+        attempt = asyncio.create_task(self._attempt(job, qid, worker, cancel))
         self._tasks.add(attempt)
         aborted: AbortReason | None = None
         try:
@@ -236,13 +255,18 @@ class Agent:
                 queue_job=qid,
             )
 
-    async def _attempt(self, job: Job, qid: int, cancel: asyncio.Event) -> RunReport:
+    async def _attempt(self, job: Job, qid: int, worker: int, cancel: asyncio.Event) -> RunReport:
         try:
             token = await self._clone_token(job, qid)
         except TokenError as exc:
             return job.report_without_results(RunState.FAILED, f"no clone token: {exc}")
         baseline = await asyncio.to_thread(self.store.baseline, job.repo, job.environment)
-        return await self.run_job(job, cancel, token, baseline)
+
+        async def progress(report: RunReport) -> None:
+            # Into the store (fenced, like every write of the attempt); the service publishes it.
+            await asyncio.to_thread(self.store.save_attempt_progress, job.id, qid, worker, report)
+
+        return await self.run_job(job, cancel, token, baseline, progress)
 
     async def _clone_token(self, job: Job, qid: int) -> str | None:
         """A token for this one repository, read-only, minted by the service for this attempt."""

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from functools import partial
 
 from bot.core.models import EnvFacts, RunReport
 from bot.service.app import check_engine_at_startup, service_policy
 from bot.service.executor import run_pipeline
-from bot.service.fleet.agent import Agent, AgentConfig, JobRunner
+from bot.service.fleet.agent import Agent, AgentConfig, JobRunner, Progress
+from bot.service.instance import Instance
 from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.records import Job
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import runner_factory
+from runner.backends.ownership import Owner
 
 
 def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
-    async def run(job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None) -> RunReport:
+    async def run(
+        job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
+    ) -> RunReport:
         return await run_pipeline(
             job,
             cancel,
@@ -26,15 +31,20 @@ def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
             runner_factory=runners,
             workspace_root=settings.workspace_root,
             cache_root=settings.cache_root,
+            progress=progress,
         )
 
     return run
 
 
 async def run_agent(
-    settings: Settings, labels: list[str], name: str = "", job_runner: JobRunner | None = None
+    settings: Settings,
+    labels: list[str],
+    name: str = "",
+    job_runner: Callable[[Owner], JobRunner] | None = None,
 ) -> int:
-    """Run an agent until it is stopped (SIGTERM: its runs go back to the queue) or fenced."""
+    """Run an agent until it is stopped (SIGTERM: its runs go back to the queue) or fenced.
+    ``job_runner`` makes what runs a job, given this instance (the pipeline when None)."""
     store = await asyncio.to_thread(
         partial(FleetStore, settings.database_url, migrate_schema=False, pool_size=4)
     )
@@ -46,12 +56,17 @@ async def run_agent(
         max_attempts=settings.max_attempts,
         concurrency=settings.workers,
     )
+    instance = Instance(store, "agent", settings.heartbeat_s, settings.stalled_after_s)
+    await asyncio.to_thread(instance.register)
+    # What this host's runs left when their agent died (kill -9, a crash) goes first; the live runs
+    # of the other agents on this engine stay.
+    await asyncio.to_thread(check_engine_at_startup, settings, instance)
     if job_runner is None:
-        # Containers of this host's runs that outlived their agent (kill -9, a crash) go first.
-        await asyncio.to_thread(check_engine_at_startup, settings)
-    runner = job_runner or pipeline_runner(settings, runner_factory(service_policy(settings)))
+        runner = pipeline_runner(settings, runner_factory(service_policy(settings, instance.owner)))
+    else:
+        runner = job_runner(instance.owner)
     try:
-        await Agent(config, store, runner, settings.database_url).run()
+        await Agent(config, store, runner, settings.database_url, instance).run()
     finally:
         store.close()
     return 0

@@ -23,7 +23,7 @@ import psycopg
 import structlog
 
 from bot.core.models import RunState
-from bot.service.executor import remember, report_started
+from bot.service.executor import refresh_waiting, remember, report_progress, report_started
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import SealError, seal
@@ -104,22 +104,38 @@ class FleetLoops:
             if fresh is None:
                 return
             state = fresh.state
+            # Read before GitHub is told: a progress write that comes meanwhile stays to publish.
+            told, unpublished = await asyncio.to_thread(self.store.told, fresh.id)
             structlog.contextvars.bind_contextvars(run_id=fresh.id, repo=fresh.repo, pr=fresh.pr_number)
             try:
                 if state in (RunState.QUEUED, RunState.RUNNING):
                     reporter = await self.reconciler.reporter(fresh)
                     if reporter is not None and fresh.pr_number is not None:
                         if state == RunState.RUNNING:
-                            await report_started(reporter, fresh)
+                            if told != RunState.RUNNING:
+                                await report_started(reporter, fresh)
+                                await self._moved_up(fresh)
+                            progress = await asyncio.to_thread(self.store.report, fresh.id)
+                            if unpublished and progress is not None:
+                                # Early results: what the agent finished while the rest runs.
+                                await report_progress(reporter, fresh, progress)
                         else:  # queued again after its agent was lost
                             await reporter.refresh_summary(fresh.repo, fresh.pr_number)
                 else:
                     report = fresh.final_report(await asyncio.to_thread(self.store.report, fresh.id))
                     await remember(self.store, self.locks, fresh, report)
                     await self.reconciler.publish(fresh.id)  # still due if GitHub failed: its next pass
-                await asyncio.to_thread(self.store.mark_announced, fresh.id, state)
+                await asyncio.to_thread(self.store.mark_announced, fresh.id, state, unpublished)
             finally:
                 structlog.contextvars.unbind_contextvars("run_id", "repo", "pr")
+
+    async def _moved_up(self, started: Job) -> None:
+        """The PRs waiting behind a run an agent started: their summaries show their new place, as
+        on one machine. A failure costs only that refresh; the next start or change sends it."""
+        try:
+            await refresh_waiting(self.store, self.reconciler, started)
+        except Exception:
+            log.exception("queue positions not refreshed")
 
     # --- clone tokens ---------------------------------------------------------------------------
 

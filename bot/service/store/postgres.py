@@ -31,6 +31,7 @@ from runner.backends.base import StepProcess
 TASK_NAME = "paritybot.run"
 # How long a serve replica keeps a delivery it is handling before another replica may take it.
 DELIVERY_LEASE = timedelta(minutes=2)
+STALLED_AFTER = timedelta(seconds=60)  # PARITYBOT_STALLED_AFTER_S's default
 LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
 # Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
@@ -38,6 +39,13 @@ REPLACED = "replaced by a newer request for the same environment before it start
 JOBS_CHANNEL = "paritybot_jobs"
 # A final job has something to tell on GitHub only when it belongs to a pull request.
 DUE = "(pr_number IS NOT NULL)"
+
+
+# procrastinate's job priority: a run taken back from an agent that died, was fenced or stopped goes
+# to the front of its queue, so it runs again as soon as an agent of its labels is free, however
+# many runs wait (the deploy guide's promise: within PARITYBOT_STALLED_AFTER_S plus a heartbeat).
+FIRST_ATTEMPT = 0
+TAKEN_BACK = 100
 
 
 def queue_lock(repo: str, pr_number: int | None, environment: str) -> str:
@@ -60,9 +68,12 @@ class PostgresStore:
         migrate_schema: bool = True,
         pool_size: int = 8,
         delivery_lease: timedelta = DELIVERY_LEASE,
+        stalled_after: timedelta = STALLED_AFTER,
     ):
         self.url = url
         self.delivery_lease = delivery_lease
+        self.stalled_after = stalled_after
+        self.instance_id: str | None = None  # the replica this store leases deliveries to, once registered
         if migrate_schema:
             with psycopg.connect(url, autocommit=True) as conn:
                 self.schema_version, _ = migrate(conn, safe_url(url))
@@ -99,20 +110,25 @@ class PostgresStore:
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Due deliveries no live replica holds, now held by this one for its delivery lease.
 
+        A delivery is held until its lease ends or, sooner, until the replica holding it is silent
+        (no heartbeat for ``stalled_after``, as agents are judged; :mod:`bot.service.instance`):
+        a replica that died mid-delivery has its deliveries taken over in seconds.
         A replica takes at most LEASE_BATCH at a time, so deliveries spread over the replicas that
         are free rather than queueing behind the one that asked first."""
         limit = min(limit, LEASE_BATCH)
         rows = self._query(
-            "UPDATE deliveries SET leased_until = now() + %s WHERE delivery_id IN ("
+            "UPDATE deliveries SET leased_until = now() + %s, leased_by = %s WHERE delivery_id IN ("
             " SELECT d.delivery_id FROM deliveries d WHERE d.status = 'received'"
             " AND (d.not_before IS NULL OR d.not_before <= now())"
-            " AND (d.leased_until IS NULL OR d.leased_until <= now())"
+            " AND (d.leased_until IS NULL OR d.leased_until <= now() OR (d.leased_by IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = d.leased_by AND i.stopped_at IS NULL"
+            " AND i.last_heartbeat > now() - %s)))"
             # A PR's deliveries one after another, in order: an older one still to handle comes first.
             " AND (d.pr_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.pr_key = d.pr_key"
             " AND o.status = 'received' AND o.seq < d.seq))"
             " ORDER BY d.seq LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING delivery_id, event, body, received_at, attempts, seq",
-            (self.delivery_lease, limit),
+            (self.delivery_lease, self.instance_id, self.stalled_after, limit),
         )
         rows.sort(key=lambda r: r["seq"])
         return [
@@ -223,19 +239,26 @@ class PostgresStore:
 
     @staticmethod
     def _defer(
-        c: psycopg.Connection[dict[str, Any]], job_id: str, queue: str, lock: str, *, queueing: bool
+        c: psycopg.Connection[dict[str, Any]],
+        job_id: str,
+        queue: str,
+        lock: str,
+        *,
+        queueing: bool,
+        priority: int = FIRST_ATTEMPT,
     ) -> int:
         """A new procrastinate job for ``job_id``; its insert trigger wakes the agents of ``queue``.
+        procrastinate hands out the highest ``priority`` first (then the oldest).
 
         With ``queueing``, the queueing lock keeps one queued job per PR and environment: a job
         queued there already (procrastinate's AlreadyEnqueued, a unique violation) is cancelled
         with its run, and this one deferred in its place. The caller holds the advisory lock.
         """
         defer = (
-            "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s, NULL)"
+            "SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, %s, %s, %s, %s, NULL)"
             "::procrastinate_job_to_defer_v1])) AS id"
         )
-        args = (queue, TASK_NAME, lock, lock if queueing else None, Jsonb({"job_id": job_id}))
+        args = (queue, TASK_NAME, priority, lock, lock if queueing else None, Jsonb({"job_id": job_id}))
         try:
             with c.transaction():
                 row = c.execute(defer.encode(), args).fetchone()
@@ -343,9 +366,12 @@ class PostgresStore:
         return bool(rows and rows[0]["cancel_requested"])
 
     def queue_position(self, job_id: str) -> int | None:
+        # In the order agents take them: procrastinate's priority (runs taken back first), then age.
         rows = self._query(
-            "SELECT (SELECT count(*) FROM jobs o WHERE o.state = 'queued' AND o.queue = j.queue "
-            "AND o.seq <= j.seq) AS pos, j.state FROM jobs j WHERE j.id = %s",
+            "SELECT (SELECT count(*) FROM jobs o JOIN procrastinate_jobs oq ON oq.id = o.queue_job_id "
+            "WHERE o.state = 'queued' AND o.queue = j.queue AND (oq.priority > q.priority "
+            "OR (oq.priority = q.priority AND oq.id <= q.id))) AS pos, j.state "
+            "FROM jobs j LEFT JOIN procrastinate_jobs q ON q.id = j.queue_job_id WHERE j.id = %s",
             (job_id,),
         )
         if not rows or rows[0]["state"] != RunState.QUEUED.value:
@@ -438,6 +464,42 @@ class PostgresStore:
     def step_processes(self) -> list[StepProcess]:
         rows = self._query("SELECT pgid, boot_id, start_ticks, step FROM step_processes ORDER BY started_at")
         return [StepProcess(r["pgid"], r["boot_id"], r["start_ticks"], r["step"]) for r in rows]
+
+    # instances ------------------------------------------------------------------------------------
+
+    def register_instance(self, instance_id: str, kind: str, host: str, pid: int) -> None:
+        self.instance_id = instance_id
+        self._query(
+            "INSERT INTO instances (id, kind, host, pid) VALUES (%s, %s, %s, %s) RETURNING 1",
+            (instance_id, kind, host, pid),
+        )
+
+    def instance_heartbeat(self, instance_id: str) -> bool:
+        rows = self._query(
+            "UPDATE instances SET last_heartbeat = now() WHERE id = %s AND stopped_at IS NULL RETURNING 1",
+            (instance_id,),
+        )
+        return bool(rows)
+
+    def instance_stopped(self, instance_id: str) -> None:
+        self._query(
+            "UPDATE instances SET stopped_at = now() WHERE id = %s AND stopped_at IS NULL RETURNING 1",
+            (instance_id,),
+        )
+
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        rows = self._query(
+            "SELECT id FROM jobs WHERE id = ANY(%s) AND state IN ('succeeded', 'failed', 'cancelled')",
+            (sorted(run_ids),),
+        )
+        return {r["id"] for r in rows}
+
+    def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
+        rows = self._query(
+            "SELECT id, stopped_at IS NULL AND last_heartbeat > now() - %s AS alive FROM instances WHERE id = ANY(%s)",
+            (timedelta(seconds=stalled_after_s), instance_ids),
+        )
+        return {r["id"]: bool(r["alive"]) for r in rows}
 
     # baselines ------------------------------------------------------------------------------------
 

@@ -17,7 +17,15 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from bot.core.models import RunReport, RunState
-from bot.service.store.postgres import DUE, JOBS_CHANNEL, PostgresStore, _job, _report_json, queue_lock
+from bot.service.store.postgres import (
+    DUE,
+    JOBS_CHANNEL,
+    TAKEN_BACK,
+    PostgresStore,
+    _job,
+    _report_json,
+    queue_lock,
+)
 from bot.service.store.records import Job
 
 # Besides JOBS_CHANNEL, agents and the service wake each other through these NOTIFY channels.
@@ -79,7 +87,7 @@ class FleetStore(PostgresStore):
             (worker_id, host, name, labels, Jsonb(gpus), Jsonb(probe) if probe is not None else None),
         )
 
-    def agent_heartbeat(self, worker_id: int) -> bool:
+    def agent_heartbeat(self, worker_id: int, instance_id: str) -> bool:
         """Both heartbeats (procrastinate's and the agent's) in one transaction; False when the
         agent was given up meanwhile (the reaper gave its jobs away, or a starting worker pruned
         its procrastinate row): it must stop what it runs."""
@@ -93,6 +101,8 @@ class FleetStore(PostgresStore):
                 "UPDATE agents SET last_heartbeat = now() WHERE worker_id = %s AND lost_at IS NULL RETURNING 1",
                 (worker_id,),
             ).fetchone()
+            # The instance's own heartbeat: what it started on its engine stays while it beats.
+            c.execute("UPDATE instances SET last_heartbeat = now() WHERE id = %s", (instance_id,))
         return known is not None and alive is not None
 
     def agent_stopped(self, worker_id: int) -> None:
@@ -136,6 +146,22 @@ class FleetStore(PostgresStore):
                 c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
         return row is not None
 
+    def save_attempt_progress(
+        self, job_id: str, queue_job_id: int, worker_id: int, report: RunReport
+    ) -> bool:
+        """The attempt's results so far (a check finished while the others run), for the service to
+        publish at once; False (nothing written) unless this agent still owns the attempt."""
+        args = {"id": job_id, "qid": queue_job_id, "worker": worker_id, "report": _report_json(report)}
+        with self._tx() as c:
+            row = c.execute(
+                "UPDATE jobs SET report = %(report)s, progress = progress + 1 "
+                f"WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
+                args,
+            ).fetchone()
+            if row is not None:
+                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
+        return row is not None
+
     def requeue_attempt(self, job_id: str, queue_job_id: int, worker_id: int) -> bool:
         """The agent is shutting down: the job goes back to its queue as a new attempt of its own
         (it waits for the old one to end: same lock). False unless this agent still owns it."""
@@ -155,7 +181,8 @@ class FleetStore(PostgresStore):
     def _requeue(self, c: Any, row: dict[str, Any]) -> None:
         lock = queue_lock(row["repo"], row["pr_number"], row["environment"])
         # No queueing lock: a retry must not be refused because a newer run waits in the same place.
-        new = self._defer(c, row["id"], row["queue"], lock, queueing=False)
+        # First in line: it had its turn already (TAKEN_BACK).
+        new = self._defer(c, row["id"], row["queue"], lock, queueing=False, priority=TAKEN_BACK)
         c.execute(
             "UPDATE jobs SET state = 'queued', queue_job_id = %s, started_at = NULL, worker_id = NULL, "
             "host = NULL, report = NULL WHERE id = %s",
@@ -266,9 +293,28 @@ class FleetStore(PostgresStore):
         """Jobs whose state change (started, queued again, ended) the service has not told GitHub
         about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
         rows = self._query(
-            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state ORDER BY seq LIMIT %s", (limit,)
+            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state "
+            "OR (state = 'running' AND progress > progress_published) ORDER BY seq LIMIT %s",
+            (limit,),
         )
         return [_job(r) for r in rows]
 
-    def mark_announced(self, job_id: str, state: RunState) -> None:
-        self._query("UPDATE jobs SET reported_state = %s WHERE id = %s RETURNING 1", (state.value, job_id))
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        """What GitHub was told of the job: the state, and how many progress writes it was not
+        shown yet."""
+        rows = self._query(
+            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
+            (job_id,),
+        )
+        if not rows:
+            return None, 0
+        told = rows[0]["reported_state"]
+        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
+        self._query(
+            "UPDATE jobs SET reported_state = %s, progress_published = progress_published + %s "
+            "WHERE id = %s RETURNING 1",
+            (state.value, progress_seen, job_id),
+        )

@@ -141,6 +141,28 @@ class Store(Protocol):
         """Every step process group recorded and not yet seen to end, oldest first."""
         ...
 
+    # instances: each start of `serve` or of an agent, with a heartbeat -----------------------------
+
+    def register_instance(self, instance_id: str, kind: str, host: str, pid: int) -> None:
+        """Record one start of `serve` (``kind`` "serve") or an agent ("agent"). On one machine the
+        database serves one `serve` at a time: every earlier instance is marked stopped."""
+        ...
+
+    def instance_heartbeat(self, instance_id: str) -> bool:
+        """The instance is alive; False when it was recorded stopped (it must not act as alive)."""
+        ...
+
+    def instance_stopped(self, instance_id: str) -> None: ...
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        """Of these runs (job ids), those that ended (succeeded, failed, cancelled); one this store
+        does not know is not among them."""
+        ...
+
+    def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
+        """Of the instances this store knows, which are alive: not stopped, and a heartbeat younger
+        than ``stalled_after_s``. An id it does not know is left out (another deployment's)."""
+        ...
+
     # the CI reference: the probe of an environment on the default branch -------------------------
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...

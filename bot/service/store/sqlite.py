@@ -482,6 +482,54 @@ class SQLiteStore:
         rows = self._query("SELECT pgid, boot_id, start_ticks, step FROM step_processes ORDER BY started_at")
         return [StepProcess(r["pgid"], r["boot_id"], r["start_ticks"], r["step"]) for r in rows]
 
+    # instances ------------------------------------------------------------------------------------
+
+    def register_instance(self, instance_id: str, kind: str, host: str, pid: int) -> None:
+        now = _now()
+        with self._tx() as c:
+            c.execute("UPDATE instances SET stopped_at = ? WHERE stopped_at IS NULL", (now,))
+            c.execute(
+                "INSERT INTO instances (id, kind, host, pid, started_at, last_heartbeat) VALUES (?, ?, ?, ?, ?, ?)",
+                (instance_id, kind, host, pid, now, now),
+            )
+
+    def instance_heartbeat(self, instance_id: str) -> bool:
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE instances SET last_heartbeat = ? WHERE id = ? AND stopped_at IS NULL",
+                (_now(), instance_id),
+            )
+            return cur.rowcount == 1
+
+    def instance_stopped(self, instance_id: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                "UPDATE instances SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL",
+                (_now(), instance_id),
+            )
+
+    def runs_over(self, run_ids: set[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        ids = sorted(run_ids)
+        rows = self._query(
+            f"SELECT id FROM jobs WHERE id IN ({', '.join('?' * len(ids))}) "
+            "AND state IN ('succeeded', 'failed', 'cancelled')",
+            tuple(ids),
+        )
+        return {r["id"] for r in rows}
+
+    def instances_alive(self, instance_ids: list[str], stalled_after_s: float) -> dict[str, bool]:
+        if not instance_ids:
+            return {}
+        fresh = (datetime.now(UTC) - timedelta(seconds=stalled_after_s)).isoformat()
+        marks = ", ".join("?" * len(instance_ids))
+        rows = self._query(
+            f"SELECT id, stopped_at IS NULL AND last_heartbeat > ? AS alive FROM instances WHERE id IN ({marks})",
+            (fresh, *instance_ids),
+        )
+        return {r["id"]: bool(r["alive"]) for r in rows}
+
     # baselines ------------------------------------------------------------------------------------
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None:
