@@ -81,13 +81,14 @@ def test_db_status_says_which_releases_run_on_a_sqlite_database_and_changes_noth
     assert not db.exists()
 
     first_release_database(db)
+    latest = len(sqlite_migrations())
     before = db.read_bytes()
     done = db_status(db, "--release", "0.1.0")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        f"sqlite:///{db}: sqlite schema 0; this paritybot ({VERSION}) is at schema 3",
+        f"sqlite:///{db}: sqlite schema 0; this paritybot ({VERSION}) is at schema {latest}",
         "runs on it as it is: paritybot 0.1.0 only",
-        f"paritybot {VERSION} migrates it to schema 3 at start-up (one way)",
+        f"paritybot {VERSION} migrates it to schema {latest} at start-up (one way)",
         "paritybot 0.1.0: runs on this database as it is",
     ]
     assert db.read_bytes() == before, "db status wrote to the database"
@@ -96,11 +97,13 @@ def test_db_status_says_which_releases_run_on_a_sqlite_database_and_changes_noth
     back = db_status(db, "--release", "0.1.0")
     assert back.returncode == 1
     assert back.stdout.splitlines()[1:] == [
-        f"runs on it as it is: paritybot 0.2.0 up to this one ({VERSION})",
+        f"runs on it as it is: paritybot 0.3.0 up to this one ({VERSION})",
         "paritybot 0.1.0: cannot run on this database; restore the backup taken before the upgrade "
         "first (deploy/README.md, step 8)",
     ]
-    assert db_status(db, "--release", "0.2.0").returncode == 0
+    # 0.3.0 added the instances table (schema 4): 0.2.0 refuses it, so going back restores too.
+    assert db_status(db, "--release", "0.2.0").returncode == 1
+    assert db_status(db, "--release", "0.3.0").returncode == 0
 
 
 def newer_database(db: Path) -> None:
@@ -134,10 +137,11 @@ def test_db_status_on_postgresql_before_and_after_the_migration(pg_url: str) -> 
     assert empty.returncode == 0 and "no paritybot database yet" in empty.stdout, empty.stderr
     assert run_cli("db", "upgrade", env=env, timeout=120).returncode == 0
     latest = postgres_migrations()[-1].version
-    done = run_cli("db", "status", "--release", "0.2.0", env=env, timeout=60)
+    done = run_cli("db", "status", "--release", "0.3.0", env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"postgresql schema {latest}" in done.stdout
-    assert done.stdout.splitlines()[-1] == "paritybot 0.2.0: runs on this database as it is"
+    assert done.stdout.splitlines()[-1] == "paritybot 0.3.0: runs on this database as it is"
+    assert run_cli("db", "status", "--release", "0.2.0", env=env, timeout=60).returncode == 1
     assert run_cli("db", "status", "--release", "0.1.0", env=env, timeout=60).returncode == 1
 
 
