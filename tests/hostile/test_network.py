@@ -22,6 +22,7 @@ a container reaches with bridge networking and cannot reach without it.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import socket
 import textwrap
@@ -85,8 +86,12 @@ class Listener:
 
 
 def _bridge_gateway(client: docker.DockerClient) -> str:
-    config = client.networks.get("bridge").attrs["IPAM"]["Config"]
-    return str(config[0]["Gateway"])
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    if "Gateway" in config:
+        return str(config["Gateway"])
+    # Some engines leave the default bridge's gateway out of its IPAM config; it is the subnet's
+    # first address, which is what the engine gives the bridge then.
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 @pytest.fixture
