@@ -166,3 +166,22 @@ def test_counts_are_test_items_and_agree_everywhere_on_a_failing_run(tmp_path: P
     [tests_run] = [o for o in render_check_runs(report) if o.kind == CheckKind.TESTS]
     assert tests_run.title == counts.capitalize()
     assert "Tests: 10 selected, 8 deselected" in tests_run.summary
+
+
+def test_tests_that_use_tmp_path_leave_nothing_in_the_temp_dir(tmp_path: Path) -> None:
+    # pytest's own temp directories (pytest-of-USER/) go with the run's working tree.
+    repo = GitRepo(tmp_path / "project")
+    uses_tmp = "def test_writes(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert (tmp_path / 'f').exists()\n"
+    repo.commit({"pkg/__init__.py": "", "pkg/mod.py": "X = 1\n", "tests/test_mod.py": uses_tmp})
+    repo.git("checkout", "-q", "-b", "feature")
+    repo.commit({"pkg/mod.py": "X = 2\n"})
+
+    checked = run_cli("check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1 passed" in checked.stdout
+    mapped = run_cli(
+        "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", home=tmp_path
+    )
+    assert mapped.returncode == 0, mapped.stderr
+
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from bot.core.config import TestSettings
 from bot.core.models import CollectionError, TestCaseResult, TestOutcome
 from runner import gitdiff
-from runner.backends.base import SCRATCH_DIR, Runner, RunnerError, Step
+from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Runner, RunnerError, Step
 from runner.checks.junit import JUnitCase, JUnitError, parse_junit
 from runner.checks.repro import ReproContext, repro_commands
 
@@ -133,6 +133,7 @@ def tests_step(
         "junit_family=xunit1",
         "--continue-on-collection-errors",
         "--color=no",
+        f"--basetemp={PYTEST_BASETEMP}",
         f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),

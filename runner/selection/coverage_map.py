@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.core.config import TestSettings
 from bot.core.models import CoverageMapHealth
-from runner.backends.base import SCRATCH_DIR, Step, StepResult
+from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Step, StepResult
 
 log = structlog.get_logger(__name__)
 
@@ -286,7 +286,7 @@ def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
         "python", DRIVER_PATH, OUTPUT_PATH, DATA_PATH, paths,
         "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
     ]  # fmt: skip
-    argv += [*settings.pytest_args]
+    argv += [*settings.pytest_args, f"--basetemp={PYTEST_BASETEMP}"]  # ours win
     return Step(
         name="coverage-map",
         argv=argv,
