@@ -71,15 +71,10 @@ from runner.selection.coverage_map import (
     coverage_step,
 )
 from runner.selection.pr import nothing_selected, select_tests
+from runner.setup_hints import setup_failure_hint
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
-
-OFFLINE_SETUP_HINT = (
-    "Set-up commands run without network: install the dependencies in the image (then e.g. "
-    "`pip install --no-build-isolation --no-deps -e .`), or let the base branch's config set "
-    "environments[].network.setup: true."
-)
 
 
 @dataclass
@@ -487,8 +482,9 @@ class Pipeline:
             self._check_cancelled()
             if not result.ok:
                 tail = "\n".join(result.output.strip().splitlines()[-15:])
-                hint = "" if network else f"\n{OFFLINE_SETUP_HINT}"
-                return f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}{hint}"
+                hint = setup_failure_hint(result.output, network=network)
+                why = f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}"
+                return f"{why}\n{hint}" if hint else why
         return None
 
     # --- the default branch: the CI reference and the coverage map ----------------------------------
