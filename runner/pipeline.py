@@ -51,6 +51,7 @@ from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
+from runner.hints import setup_failure_hint
 from runner.parity import build_parity, reference_from_config
 from runner.perf.selection import select_benchmarks, why_lines
 from runner.perf.stats import compare_all
@@ -71,7 +72,6 @@ from runner.selection.coverage_map import (
     coverage_step,
 )
 from runner.selection.pr import nothing_selected, select_tests
-from runner.setup_hints import setup_failure_hint
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -458,6 +458,7 @@ class Pipeline:
             deselected=run.deselected,
             not_found=run.not_found,
             not_collected=run.not_collected,
+            collection_fix=run.collection_fix,
         )
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:

@@ -11,7 +11,14 @@ from pathlib import Path
 from cli_run import run_cli
 from gitrepo import GitRepo
 
-from runner.setup_hints import NO_WHEEL_HINT, OFFLINE_SETUP_HINT, USER_IN_VENV_HINT, setup_failure_hint
+from runner.hints import (
+    NO_WHEEL_HINT,
+    OFFLINE_SETUP_HINT,
+    USER_IN_VENV_HINT,
+    collection_fix,
+    missing_modules,
+    setup_failure_hint,
+)
 
 # What pip printed, offline, for `pip install -e .` with build isolation (its build backend).
 PIP_OFFLINE = """\
@@ -95,3 +102,17 @@ def test_runner_docker_without_an_engine_says_what_to_start_and_never_to_comment
     assert "⛔ Not run" in done.stdout
     assert "running `paritybot check` again tries again" in done.stdout
     assert "`/retest-gpu` tries again" not in done.stdout
+
+
+def test_a_missing_module_is_the_project_or_a_dependency_each_with_its_fix() -> None:
+    errors = [
+        "E   ModuleNotFoundError: No module named 'calc'",
+        "collection failure\nE   ModuleNotFoundError: No module named 'numpy.linalg'",
+        "E   ModuleNotFoundError: No module named 'calc.stats'",
+    ]
+    assert missing_modules(errors) == ["calc", "numpy"]
+    fix = collection_fix(errors, {"calc": "src"})
+    assert fix.startswith("The project itself does not import where the tests run: `calc` is not installed.")
+    assert "`env: {PYTHONPATH: src}`" in fix
+    assert "`numpy` is not installed where the tests run: install it in the image" in fix
+    assert collection_fix(["E   SyntaxError: invalid syntax"], {}) == ""  # no fix known: none given

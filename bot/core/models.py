@@ -187,6 +187,9 @@ class TestCaseResult(Model):
     message: str = Field("", description="the first lines of the error")
     attempts: int = 1
     repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
+    collection_error: bool = Field(
+        False, description="a selected module (``nodeid`` is its path) that pytest could not collect"
+    )
 
 
 class CollectionError(Model):
@@ -214,9 +217,17 @@ class TestsResult(Model):
     not_collected: list[CollectionError] = Field(
         default_factory=list, description="test modules outside the selection that could not be collected"
     )
+    collection_fix: str = Field(
+        "", description="the likely fix when test modules did not collect (the project does not import)"
+    )
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
+
+    @property
+    def collection_errors(self) -> list[TestCaseResult]:
+        """The selected modules that did not collect: errors of the suite, not failing tests."""
+        return [r for r in self.results if r.collection_error]
 
 
 class CoverageMapHealth(Model):

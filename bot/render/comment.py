@@ -259,13 +259,16 @@ def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
 
 
 def _tests_bits(tests: TestsResult) -> list[str]:
-    failing = len(failing_tests(tests))
+    uncollected = len(tests.collection_errors)
+    failing = len(failing_tests(tests)) - uncollected
     flaky = tests.count(TestOutcome.FLAKY)
     passed = tests.count(TestOutcome.PASSED)
     bits = []
+    if uncollected:
+        bits.append(f"❌ {counted(uncollected, 'test module')} did not collect")
     if failing:
         bits.append(f"❌ {counted(failing, 'test')} failed")
-    elif tests.status == CheckStatus.FAILED:
+    elif tests.status == CheckStatus.FAILED and not uncollected:
         bits.append("❌ tests failed")
     if flaky:
         bits.append(f"⚠️ {flaky:,} flaky")
@@ -273,7 +276,7 @@ def _tests_bits(tests: TestsResult) -> list[str]:
         bits.append("❗ tests could not finish")
     elif tests.status == CheckStatus.CANCELLED:
         bits.append("⏹️ tests cancelled")
-    elif not failing and tests.status == CheckStatus.PASSED:
+    elif not failing and not uncollected and tests.status == CheckStatus.PASSED:
         bits.append(f"✅ {counted(passed, 'test')} passed" if passed else "➖ no tests selected")
     return bits
 

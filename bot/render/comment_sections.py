@@ -89,7 +89,7 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> Part:
         if len(failing) > shown:
             blocks.append(f"…and {counted(len(failing) - shown, 'more failing test')}: see {where}.")
         blocks.append(f"Rerun only these with `{COMMAND} failed`.")
-        summary = f"❌ <b>{counted(len(failing), 'failing test')}</b>"
+        summary = f"❌ <b>{failing_summary(failing)}</b>"
         return details(summary, "\n\n".join(blocks), open_=len(failing) <= 3)
 
     return Part(
@@ -97,8 +97,22 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> Part:
     )
 
 
+def failing_summary(failing: list[TestCaseResult]) -> str:
+    """``2 failing tests · 1 collection error``: a module that did not collect is no test."""
+    errors = sum(1 for r in failing if r.collection_error)
+    tests = len(failing) - errors
+    parts = [counted(tests, "failing test")] if tests else []
+    return " · ".join([*parts, *([counted(errors, "collection error")] if errors else [])])
+
+
 def _failure_entry(result: TestCaseResult) -> str:
-    what = "failed" if result.outcome == TestOutcome.FAILED else "errored (setup, teardown or collection)"
+    what = (
+        "did not collect (collection error: none of its tests ran)"
+        if result.collection_error
+        else "failed"
+        if result.outcome == TestOutcome.FAILED
+        else "errored (setup or teardown)"
+    )
     if result.attempts > 1:
         what += f" on all {result.attempts} attempts"
     took = f", {result.duration_s:.1f} s" if result.duration_s else ""

@@ -1,10 +1,14 @@
-"""What to do about a failed set-up command, read from its output: a hint only where the output
-says what went wrong.
+"""What to do about a failed set-up command or a test suite that does not import, read from the
+output: a hint only where the output says what went wrong.
 
 The network is blamed only when the output shows a download that could not happen (pip could not
 reach an index, found no distribution with the index switched off, a name did not resolve).
 A set-up that failed for another reason known here gets that reason's own fix; any other failure
 gets no hint at all, since a wrong one sends the reader the wrong way.
+
+A test module that does not collect because a module is missing is the project not installed
+where the tests run (the missing module is the project's own) or a dependency missing from the
+image; each gets its fix.
 """
 
 from __future__ import annotations
@@ -56,3 +60,38 @@ def setup_failure_hint(output: str, *, network: bool) -> str | None:
     if not network and _NETWORK.search(output):
         return OFFLINE_SETUP_HINT
     return None
+
+
+_MISSING_MODULE = re.compile(r"No module named '(?P<name>[\w.]+)'")
+
+INSTALL_PROJECT_FIX = (
+    "The project itself does not import where the tests run: `{name}` is not installed. Install it "
+    'in the environment\'s set-up (`setup: ["pip install --no-build-isolation --no-deps -e ."]` in '
+    ".github/paritybot.yml), or put its source on the path (`env: {{PYTHONPATH: {root}}}`, or pytest's "
+    "`pythonpath`)."
+)
+INSTALL_DEPENDENCY_FIX = (
+    "`{name}` is not installed where the tests run: install it in the image (or in the "
+    "environment's `setup:`, with `network.setup: true`)."
+)
+
+
+def missing_modules(messages: list[str]) -> list[str]:
+    """The top-level modules the errors say are missing, in order, once each."""
+    names = [m["name"].split(".")[0] for text in messages for m in _MISSING_MODULE.finditer(text)]
+    return list(dict.fromkeys(names))
+
+
+def collection_fix(messages: list[str], own_roots: dict[str, str]) -> str:
+    """The likely fix for test modules that did not collect, from their errors; "" when none is known.
+
+    ``own_roots``: the project's own top-level packages and modules, each with the directory it is
+    in (``"."`` or ``"src"``).
+    """
+    fixes = []
+    for name in missing_modules(messages):
+        if name in own_roots:
+            fixes.append(INSTALL_PROJECT_FIX.format(name=name, root=own_roots[name]))
+        else:
+            fixes.append(INSTALL_DEPENDENCY_FIX.format(name=name))
+    return " ".join(list(dict.fromkeys(fixes))[:3])
