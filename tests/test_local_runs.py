@@ -50,6 +50,15 @@ MISTAKES = [
     ),
     (["perf", "--repo", MISSING, "--base", "main"], f"--repo {MISSING}: no such directory"),
     (["perf", "--repo", REPO, "--base", "nope"], "--base nope: no such branch, tag or commit in {tmp}/repo"),
+    (["coverage-map", "--repo", REPO, "--config", MISSING], f"--config {MISSING}: No such file or directory"),
+    (
+        ["select-tests", "--repo", REPO, "--base", "main", "--config", MISSING],
+        f"--config {MISSING}: No such file or directory",
+    ),
+    (
+        ["perf", "--repo", REPO, "--base", "main", "--config", MISSING],
+        f"--config {MISSING}: No such file or directory",
+    ),
     (["config", "validate", MISSING], f"{MISSING}: No such file or directory"),
     (["env", "parse", MISSING], f"cannot read {MISSING}: No such file or directory"),
     (["serve", "--env-file", MISSING], f"settings file {MISSING}: not found"),
