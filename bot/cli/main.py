@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.cli.checkout import UsageError
-from bot.core.config import ConfigError, RepoConfig, parse_repo_config
+from bot.core.config import ConfigError, config_json_schema, parse_repo_config
 from bot.service.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def _gpus(value: str | None) -> str | int | list[str] | None:
 
 def _config(args: argparse.Namespace) -> int:
     if args.config_command == "schema":
-        print(json.dumps(RepoConfig.model_json_schema(), indent=2))
+        print(json.dumps(config_json_schema(), indent=2))
         return 0
     text = _read_text(args.file)
     try:
