@@ -423,6 +423,7 @@ class Pipeline:
             clone_url=self.request.clone_url,
             pr_number=self.request.pr_number,
             image_ref=info.image_ref,
+            image_id=info.image_digest,
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
