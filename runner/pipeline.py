@@ -65,6 +65,7 @@ from runner.perf.step import (
     selected_benchmarks,
 )
 from runner.probe.probe import parse_probe, probe_step
+from runner.project_stack import project_stack
 from runner.selection.coverage_map import (
     CoverageMapError,
     CoverageMapStore,
@@ -265,6 +266,7 @@ class Pipeline:
             report.probe,
             parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
             cfg.parity.packages,
+            await asyncio.to_thread(project_stack, ws.path, ws.head_sha),
         )
 
     def _analyse(self, ws: Workspace) -> tuple[DocstringResult | None, RfcInputs | None, Selection | None]:

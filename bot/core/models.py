@@ -190,6 +190,7 @@ class TestCaseResult(Model):
     collection_error: bool = Field(
         False, description="a selected module (``nodeid`` is its path) that pytest could not collect"
     )
+    line: int | None = Field(None, description="the test's definition line, from pytest's report")
 
 
 class CollectionError(Model):
@@ -291,6 +292,7 @@ class AdviceKind(StrEnum):
     OTHER_DIFFERENCES = "other_differences"  # the rest of the fields that differ, in one line
     DRIFT = "drift"  # this run differs from the pinned CI reference
     NOTE = "note"  # advice stored before advice had kinds
+    SCOPE = "scope"  # rows left out: the project does not use what they compare
 
 
 class Advice(Model):
@@ -302,6 +304,9 @@ class ParityReport(Model):
     rows: list[ParityRow] = Field(default_factory=list)
     advice: list[Advice] = Field(default_factory=list)
     contributor_pasted: bool = False
+    uses_torch: bool = Field(
+        True, description="the project uses PyTorch, so a `torch.utils.collect_env` paste is worth asking for"
+    )
 
     @field_validator("advice", mode="before")
     @classmethod

@@ -353,7 +353,7 @@ def _parity_run(report: RunReport, parity: ParityReport) -> CheckRunOutput:
     summary = [_run_header(report), parity_table(parity)]
     if parity.advice:
         summary.append("\n".join(f"- {md.prose(a.text)}" for a in parity.advice))
-    if not parity.contributor_pasted:
+    if not parity.contributor_pasted and parity.uses_torch:
         summary.append(
             "No environment in the PR description: paste the output of `python -m torch.utils.collect_env` "
             "there to compare your machine too."

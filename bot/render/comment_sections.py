@@ -233,7 +233,7 @@ def _parity_section(parity: ParityReport) -> str:
     advice = [a for a in parity.advice if a.kind != AdviceKind.PASTE]
     if advice:
         blocks.append("\n".join(f"- {md.prose(a.text)}" for a in advice))
-    if not parity.contributor_pasted:
+    if not parity.contributor_pasted and parity.uses_torch:
         blocks.append(
             "The **yours** column is empty because the PR description has no environment in it. To "
             "compare your machine too, run `python -m torch.utils.collect_env` and paste its output "

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from bot.core.kinds import CHECK_KINDS
+from bot.core.kinds import CHECK_KINDS, Reaction
 from bot.core.models import RunReport, RunState
 from bot.core.verdict import Verdict, verdict
 from bot.render.check_results import render_check_runs, render_performance_check
@@ -47,8 +47,8 @@ TakeBack = Callable[[], tuple[int, int]]
 """Takes back the runs of silent workers: (requeued, failed). One machine: the store's ``recover``
 with ``stale_after_s``; several hosts have none here, the reaper does it (bot.service.fleet.reaper)."""
 
-REACTION_PASSED = "rocket"
-REACTION_FAILED = "confused"
+REACTION_PASSED = Reaction.PASSED
+REACTION_FAILED = Reaction.FAILED
 
 
 def _good(report: RunReport) -> bool:

@@ -344,6 +344,7 @@ def _to_result(case: JUnitCase) -> TestCaseResult:
         duration_s=case.duration_s,
         message=case.message,
         collection_error=case.collection_error,
+        line=case.line,
     )
 
 
