@@ -515,7 +515,9 @@ class Pipeline:
         except CoverageMapError as exc:
             report.error = f"coverage map not built: {exc}"
             return
-        report.coverage_map = cmap.health
+        report.coverage_map = (
+            cmap.health.model_copy(update={"files": len(cmap.files)}) if cmap.health else None
+        )
         if cmap.health is not None and not cmap.health.usable:
             # An empty map would pass for one that knows every test runs nothing: keep none.
             report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})"

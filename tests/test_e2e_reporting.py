@@ -3,6 +3,10 @@ parity table of what the project uses, and the default branch's coverage map as 
 
 from __future__ import annotations
 
+import os
+import subprocess
+
+import payloads
 from botharness import REPO, BotHarness, bot
 
 __all__ = ["bot"]  # the fixture, imported for pytest
@@ -40,3 +44,43 @@ async def test_a_project_without_torch_gets_no_torch_rows_and_no_paste_request(b
         assert "torch.utils.collect_env" not in text
         assert "| Python |" in text
     assert "the project neither depends on nor imports PyTorch or a GPU library" in body
+
+
+async def test_a_default_branch_map_that_is_not_recorded_fails_its_check_run_with_the_reason(
+    bot: BotHarness,
+) -> None:
+    # The default branch's own config deselects every test: no test runs, so no map is kept.
+    sample = bot.sample.path
+
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b"}
+        env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+        done = subprocess.run(["git", *args], cwd=sample, check=True, capture_output=True, text=True, env=env)
+        return done.stdout.strip()
+
+    git("checkout", "-q", "main")
+    (sample / ".github").mkdir(exist_ok=True)
+    config = 'tests:\n  pytest_args: ["-k", "no_such_test"]\n'
+    (sample / ".github" / "paritybot.yml").write_text(config)
+    git("add", ".github/paritybot.yml")
+    git("commit", "-qm", "ci: deselect everything")
+    git("push", "-q", str(bot.tmp / "remote.git"), "HEAD:main")
+    after = git("rev-parse", "HEAD")
+    bot.fake.set_file(REPO, ".github/paritybot.yml", config, ref=after)  # what GitHub's API serves
+    push = payloads.event(
+        "push", repo_full_name=REPO, clone_url=bot.clone_url, installation_id=1, api_url=bot.fake.url
+    )
+    push.update(ref="refs/heads/main", after=after, deleted=False)
+    push["repository"]["default_branch"] = "main"
+    assert await bot.send("push", push) == 202
+
+    await bot.wait_for("the map's check run", lambda: bool(bot.fake.check_runs(REPO, head_sha=after)))
+    await bot.wait_for(
+        "it to complete",
+        lambda: bot.fake.check_runs(REPO, head_sha=after)[0].states[-1]["status"] == "completed",
+    )
+    [mapped] = bot.fake.check_runs(REPO, head_sha=after)
+    final = mapped.states[-1]
+    assert mapped.name == "paritybot / coverage map (default)"
+    assert final["conclusion"] == "failure", final["output"]
+    assert final["output"]["title"].startswith("Not recorded: coverage map not recorded: no test ran")

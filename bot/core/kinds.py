@@ -42,6 +42,7 @@ class CheckKind(StrEnum):
     TESTS = "tests"
     PARITY = "parity"
     PERFORMANCE = "performance"  # created, completed, only by a run that compared benchmarks
+    COVERAGE_MAP = "coverage map"  # created, completed, by a default-branch run that records the map
 
 
 CHECK_KINDS: tuple[CheckKind, ...] = (

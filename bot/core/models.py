@@ -236,6 +236,7 @@ class CoverageMapHealth(Model):
 
     tests_collected: int = 0
     tests_ran: int = 0
+    files: int = Field(0, description="source files the map records lines of")
     collection_errors: list[CollectionError] = Field(default_factory=list)
     not_run: list[str] = Field(
         default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
