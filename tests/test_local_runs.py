@@ -181,16 +181,32 @@ def test_tests_that_use_tmp_path_leave_nothing_in_the_temp_dir(tmp_path: Path) -
     # pytest's own temp directories (pytest-of-USER/) go with the run's working tree.
     repo = GitRepo(tmp_path / "project")
     uses_tmp = "def test_writes(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert (tmp_path / 'f').exists()\n"
-    repo.commit({"pkg/__init__.py": "", "pkg/mod.py": "X = 1\n", "tests/test_mod.py": uses_tmp})
+    bench = "def test_write(benchmark, tmp_path):\n    benchmark((tmp_path / 'f').write_text, 'x')\n"
+    repo.commit(
+        {
+            "pkg/__init__.py": "",
+            "pkg/mod.py": "X = 1\n",
+            "tests/test_mod.py": uses_tmp,
+            "bench/test_bench.py": bench,
+        }
+    )
     repo.git("checkout", "-q", "-b", "feature")
     repo.commit({"pkg/mod.py": "X = 2\n"})
 
     checked = run_cli("check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "1 passed" in checked.stdout
+    assert "· 0 failed ·" in checked.stdout
     mapped = run_cli(
         "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", home=tmp_path
     )
     assert mapped.returncode == 0, mapped.stderr
+    config = tmp_path / "paritybot.yml"
+    config.write_text("performance:\n  pytest: [bench/]\n  processes: 1\n  max_time_s: 0.1\n")
+    compared = run_cli(
+        "perf", "--repo", str(repo.path), "--base", "main", "--runner", "host", "--config", str(config),
+        home=tmp_path,
+    )  # fmt: skip
+    assert compared.returncode in (0, 1), compared.stderr
+    assert "bench/test_bench.py::test_write" in compared.stdout
 
     assert list((tmp_path / "tmp").iterdir()) == []
