@@ -76,3 +76,14 @@ def test_a_project_that_does_not_import_is_a_collection_error_with_its_fix(tmp_p
     assert tests_run.title == "0 passed · 0 failed · 0 skipped · 1 deselected · 1 module did not collect"
     assert "Collection error" in tests_run.summary
     assert json.loads(as_json.stdout)["tests"]["collection_fix"].startswith("The project itself")
+
+
+def test_a_module_that_does_not_collect_is_one_hole_of_the_coverage_map(tmp_path: Path) -> None:
+    repo = _project(tmp_path)
+    done = run_cli(
+        "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", "--json", home=tmp_path
+    )
+    doc = json.loads(done.stdout)
+    paths = [e["path"] for e in doc["health"]["collection_errors"]]
+    assert paths == sorted(set(paths))  # each module once, though doctests collect it again
+    assert "tests/test_text.py" in paths

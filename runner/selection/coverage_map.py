@@ -214,6 +214,8 @@ class MapPlugin:
             lines = str(report.longrepr).strip().splitlines()
             message = next((ln for ln in reversed(lines) if ln.strip() and not ln.startswith("_")), "")
             message = message[1:] if message.startswith("E ") else message  # pytest's error marker
+            if any(e["path"] == (report.nodeid or "") for e in self.errors):
+                return  # the same module again, collected as doctests too (--doctest-modules)
             self.errors.append({"path": report.nodeid or "", "message": message.strip()[:300]})
 
     def pytest_collection_finish(self, session):
