@@ -172,6 +172,7 @@ def test_counts_are_test_items_and_agree_everywhere_on_a_failing_run(tmp_path: P
     counts = "9 passed · 1 failed · 0 skipped · 8 deselected"
     assert f"<sub>Tests: {counts}</sub>" in shown.stdout
     assert "🎯 Tests: 10 selected, 8 deselected" in shown.stdout
+    assert "/retest-gpu" not in shown.stdout  # a local run is rerun by running it, not by a comment
     [tests_run] = [o for o in render_check_runs(report) if o.kind == CheckKind.TESTS]
     assert tests_run.title == counts.capitalize()
     assert "Tests: 10 selected, 8 deselected" in tests_run.summary

@@ -101,7 +101,7 @@ def test_runner_docker_without_an_engine_says_what_to_start_and_never_to_comment
     assert "start the container engine" in done.stderr and "set DOCKER_HOST" in done.stderr
     assert "⛔ Not run" in done.stdout
     assert "running `paritybot check` again tries again" in done.stdout
-    assert "`/retest-gpu` tries again" not in done.stdout
+    assert "/retest-gpu" not in done.stdout  # the App's command: no comment reruns a local run
 
 
 def test_a_missing_module_is_the_project_or_a_dependency_each_with_its_fix() -> None:

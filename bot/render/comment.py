@@ -80,8 +80,12 @@ def render_comment(
         f"the [check runs]({check_run_url})" if check_run_url else "the paritybot check runs of this commit"
     )
     head = _comment_head(report, stage, queue_position, check_run_url, notice, local=local)
-    parts = comment_parts(report, where) if report is not None and stage != Stage.CONFIG_ERROR else []
-    footer = _footer(app_slug)
+    parts = (
+        comment_parts(report, where, local=local)
+        if report is not None and stage != Stage.CONFIG_ERROR
+        else []
+    )
+    footer = "" if local else _footer(app_slug)  # the commands are the App's, not the command line's
 
     def assemble(rendered: list[str], cut_note: str) -> str:
         blocks = [STICKY_MARKER, head, *rendered, cut_note, footer]
