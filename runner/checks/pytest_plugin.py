@@ -10,9 +10,10 @@ runs in the project's own environment.
   parametrized case. The rest are *deselected*, through pytest's own hook, so every count — pytest's
   summary line and paritybot's — is in test items, the unit pytest runs and reports.
 - A selected id that names nothing in the suite is listed, never run: the test was renamed or
-  removed. One in a module that failed to collect is not: that module's collection error says why. A module outside the selection that cannot even be collected (an optional dependency
-  missing) is no error of this run: it is left out and listed, so it is neither a failure nor
-  silence.
+  removed. One in a module that failed to collect is not: that module's collection error says
+  why. A module outside the selection that cannot even be collected (an optional dependency
+  missing) is no error of this run: it is left out and listed once (pytest may collect it twice,
+  as tests and as doctests), so it is neither a failure nor silence.
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
 - With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
