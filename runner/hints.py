@@ -48,6 +48,11 @@ NO_WHEEL_HINT = (
 )
 
 
+def is_network_error(output: str) -> bool:
+    """Whether the output shows a download that could not happen (no index, no connection)."""
+    return _NETWORK.search(output) is not None
+
+
 def setup_failure_hint(output: str, *, network: bool) -> str | None:
     """The fix for the failure ``output`` shows, or None when it shows none paritybot knows.
 
@@ -57,7 +62,7 @@ def setup_failure_hint(output: str, *, network: bool) -> str | None:
         return USER_IN_VENV_HINT
     if _NO_WHEEL in output:
         return NO_WHEEL_HINT
-    if not network and _NETWORK.search(output):
+    if not network and is_network_error(output):
         return OFFLINE_SETUP_HINT
     return None
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from cli_run import run_cli
 from gitrepo import GitRepo
 
+from runner.backends.base import StepResult
+from runner.checks.precommit import step_problem
 from runner.hints import (
     NO_WHEEL_HINT,
     OFFLINE_SETUP_HINT,
@@ -116,3 +118,13 @@ def test_a_missing_module_is_the_project_or_a_dependency_each_with_its_fix() -> 
     assert "`env: {PYTHONPATH: src}`" in fix
     assert "`numpy` is not installed where the tests run: install it in the image" in fix
     assert collection_fix(["E   SyntaxError: invalid syntax"], {}) == ""  # no fix known: none given
+
+
+def test_a_pre_commit_install_is_blamed_on_the_network_only_for_a_network_error() -> None:
+    offline = StepResult(name="pre-commit-install", exit_code=1, output=PIP_OFFLINE)
+    broken = StepResult(name="pre-commit-install", exit_code=1, output=SYNTAX_ERROR)
+
+    said = step_problem(offline, "installing hooks", "the image", network=False)
+    assert said is not None and "installed without network here" in said.message
+    said = step_problem(broken, "installing hooks", "the image", network=False)
+    assert said is not None and "without network" not in said.message
