@@ -14,7 +14,7 @@ import structlog
 from gidgethub import routing, sansio
 
 from bot.core.config import RepoConfig
-from bot.core.kinds import COMMAND
+from bot.core.kinds import COMMAND, Reaction
 from bot.core.models import RunScope
 from handlers.context import HandlerContext
 from handlers.decisions.commands import is_new_command, parse_comment, reply_for_errors, usage_text
@@ -51,7 +51,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     repo, number, comment_id = payload.repository.full_name, issue.number, comment.id
     parsed = parse_comment(body)
     if parsed.errors:
-        await ctx.reporter.react(repo, comment_id, "confused")
+        await ctx.reporter.react(repo, comment_id, Reaction.REJECTED)
         await ctx.reporter.reply(repo, number, reply_for_errors(parsed.errors))
         return
     command = parsed.command
@@ -76,7 +76,7 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     labels = [label.name for label in pull.labels]
     choice = choose_environments(config, pull.base.ref, labels, command.envs)
     if choice.errors:
-        await ctx.reporter.react(repo, comment_id, "confused")
+        await ctx.reporter.react(repo, comment_id, Reaction.REJECTED)
         await ctx.reporter.reply(repo, number, "\n".join(choice.errors))
         return
     if decision.approve_sha:
@@ -90,12 +90,12 @@ async def comment_on_pr(event: sansio.Event, ctx: HandlerContext) -> None:
     if command.scope == RunScope.FAILED:
         request.only_tests = await _failed_last_time(ctx, repo, number)
         if not request.only_tests:
-            await ctx.reporter.react(repo, comment_id, "confused")
+            await ctx.reporter.react(repo, comment_id, Reaction.REJECTED)
             await ctx.reporter.reply(
                 repo, number, f"No test failed in the last run, so `{COMMAND} failed` has nothing to rerun."
             )
             return
-    await ctx.reporter.react(repo, comment_id, "eyes")
+    await ctx.reporter.react(repo, comment_id, Reaction.ACCEPTED)
     jobs = await start_runs(
         ctx,
         request,

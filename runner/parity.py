@@ -24,6 +24,7 @@ from bot.core.models import (
     ParityRow,
     ParityVerdict,
 )
+from runner.project_stack import ProjectStack
 
 PKG_PREFIX = "pkg:"
 
@@ -44,6 +45,10 @@ _ROWS: tuple[tuple[str, str, bool], ...] = (
     ("clang", "Clang", True),
     ("cmake", "CMake", True),
 )
+
+# What only a project using PyTorch (the first) or GPU code at all (the second) needs compared.
+_TORCH_FIELDS = frozenset({"torch", "torch_cuda", "torch_hip", "cudnn", "nccl"})
+_GPU_FIELDS = frozenset({"cuda_runtime", "nvidia_driver", "gpu_models"})
 
 # Differences worth a line of advice to the contributor, most decisive first.
 _ADVISED = ("torch", "torch_cuda", "cuda_runtime", "cudnn", "nccl", "python", "gpu_models")
@@ -299,12 +304,25 @@ def build_parity(
     this_run: EnvFacts | None,
     contributor: EnvFacts | None,
     packages: list[str],
+    stack: ProjectStack | None = None,
 ) -> ParityReport:
-    """The parity table and a few concrete lines of advice."""
+    """The parity table and a few concrete lines of advice.
+
+    ``stack``: what the project uses; PyTorch's rows are left out for a project without PyTorch,
+    the GPU's for one without GPU code, unless the pinned reference or the contributor's paste
+    gives them a value. None: every row.
+    """
     rows: list[ParityRow] = []
+    left_out: list[str] = []
     for field, label, optional in _ROWS:
         row = _row(field, label, reference, this_run, contributor)
         if optional and row.reference is None and row.this_run is None and row.contributor is None:
+            continue
+        unused = stack is not None and (
+            (field in _TORCH_FIELDS and not stack.torch) or (field in _GPU_FIELDS and not stack.gpu)
+        )
+        if unused and row.reference is None and row.contributor is None:
+            left_out.append(label)
             continue
         rows.append(row)
     seen: set[str] = set()
@@ -315,8 +333,13 @@ def build_parity(
             rows.append(_row(PKG_PREFIX + name, name, reference, this_run, contributor))
 
     advice: list[Advice] = []
+    uses_torch = stack is None or stack.torch
+    if left_out:
+        uses = "PyTorch" if stack is not None and stack.gpu else "PyTorch or a GPU library"
+        text = f"Not compared ({', '.join(left_out)}): the project neither depends on nor imports {uses}."
+        advice.append(Advice(kind=AdviceKind.SCOPE, text=text))
     if contributor is None:
-        advice.append(Advice(kind=AdviceKind.PASTE, text=PASTE_ADVICE))
+        advice += [Advice(kind=AdviceKind.PASTE, text=PASTE_ADVICE)] if uses_torch else []
     else:
         ci = _ci_facts(reference, this_run)
         backend = _backend_advice(contributor, ci) if ci is not None else None
@@ -324,7 +347,9 @@ def build_parity(
         advice += _difference_advice(rows)
     drift = _drift_advice(rows)
     advice += [Advice(kind=AdviceKind.DRIFT, text=drift)] if drift else []
-    return ParityReport(rows=rows, advice=advice, contributor_pasted=contributor is not None)
+    return ParityReport(
+        rows=rows, advice=advice, contributor_pasted=contributor is not None, uses_torch=uses_torch
+    )
 
 
 # --- the pinned reference from .github/paritybot.yml ----------------------------------------------

@@ -52,6 +52,7 @@ from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.testexec import TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
+from runner.hints import setup_failure_hint
 from runner.parity import build_parity, reference_from_config
 from runner.perf.selection import select_benchmarks, where_looked, why_lines
 from runner.perf.stats import compare_all
@@ -65,6 +66,7 @@ from runner.perf.step import (
     selected_benchmarks,
 )
 from runner.probe.probe import parse_probe, probe_step
+from runner.project_stack import project_stack
 from runner.selection.coverage_map import (
     CoverageMapError,
     CoverageMapStore,
@@ -75,12 +77,6 @@ from runner.selection.pr import nothing_selected, select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
-
-OFFLINE_SETUP_HINT = (
-    "Set-up commands run without network: install the dependencies in the image (then e.g. "
-    "`pip install --no-build-isolation --no-deps -e .`), or let the base branch's config set "
-    "environments[].network.setup: true."
-)
 
 
 @dataclass
@@ -271,6 +267,7 @@ class Pipeline:
             report.probe,
             parse_pr_body(self.request.pr_body) if self.request.pr_body else None,
             cfg.parity.packages,
+            await asyncio.to_thread(project_stack, ws.path, ws.head_sha),
         )
 
     def _analyse(self, ws: Workspace) -> tuple[DocstringResult | None, RfcInputs | None, Selection | None]:
@@ -431,6 +428,7 @@ class Pipeline:
             clone_url=self.request.clone_url,
             pr_number=self.request.pr_number,
             image_ref=info.image_ref,
+            image_id=info.image_digest,
             gpus=info.gpus,
             env={**self.environment.env},
             pytest_args=list(self.config.tests.pytest_args),
@@ -466,6 +464,7 @@ class Pipeline:
             deselected=run.deselected,
             not_found=run.not_found,
             not_collected=run.not_collected,
+            collection_fix=run.collection_fix,
         )
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
@@ -490,8 +489,9 @@ class Pipeline:
             self._check_cancelled()
             if not result.ok:
                 tail = "\n".join(result.output.strip().splitlines()[-15:])
-                hint = "" if network else f"\n{OFFLINE_SETUP_HINT}"
-                return f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}{hint}"
+                hint = setup_failure_hint(result.output, network=network)
+                why = f"set-up command `{command}` failed ({result.describe_failure()}):\n{tail}"
+                return f"{why}\n{hint}" if hint else why
         return None
 
     # --- the default branch: the CI reference and the coverage map ----------------------------------
@@ -518,7 +518,9 @@ class Pipeline:
         except CoverageMapError as exc:
             report.error = f"coverage map not built: {exc}"
             return
-        report.coverage_map = cmap.health
+        report.coverage_map = (
+            cmap.health.model_copy(update={"files": len(cmap.files)}) if cmap.health else None
+        )
         if cmap.health is not None and not cmap.health.usable:
             # An empty map would pass for one that knows every test runs nothing: keep none.
             report.error = f"coverage map not recorded: no test ran ({cmap.health.describe()})" + plugin_hint(

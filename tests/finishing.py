@@ -172,7 +172,7 @@ async def run_with_fault(bot: Any, fault: Fault) -> tuple[float, int]:
         runs = 2
 
         def done() -> bool:
-            reacted = [r.content for r in fake.reactions(comment_id)] == ["eyes", "confused"]
+            reacted = [r.content for r in fake.reactions(comment_id)] == ["eyes", "-1"]
             return reacted and finished(view(fake, REPO, 7, bot.sample.head_sha), runs_per_check=2)
     else:
 

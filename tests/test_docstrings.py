@@ -386,3 +386,136 @@ def test_style_votes() -> None:
     assert vote_styles([google, google, rest, "def broken(:"]) == Counter({"google": 2, "rest": 1})
     assert choose_style(Counter()) == "google"
     assert choose_style(Counter({"rest": 3, "numpy": 1})) == "rest"
+
+
+# --- Markup no style reads, the project's declared convention, inherited docstrings ---------------
+
+MARKDOWN_DOC = src(
+    '''
+    def scale(value, factor):
+        """Scale a value.
+
+        **Parameters:**
+
+        - **value** (`float`) -- the value.
+        - **factor** (`float`) -- how much.
+
+        **Returns:** the product.
+        """
+        return value * factor
+    '''
+)
+
+
+@pytest.mark.parametrize("style", ["google", "numpy", "rest"])
+def test_sections_in_a_markup_no_style_reads_are_never_reported_missing(style: str) -> None:
+    assert messages("pkg/ops.py", MARKDOWN_DOC, style) == []
+    # A docstring with no sections at all still has its parameters reported.
+    bare = src(
+        '''
+        def scale(value, factor):
+            """Returns the value scaled by the factor."""
+            return value * factor
+        '''
+    )
+    assert messages("pkg/ops.py", bare, style) == [
+        "`pkg.ops.scale()` does not document parameters `value`, `factor`"
+    ]
+
+
+NUMPY_DOC = src(
+    '''
+    def fresh(a, b):
+        """Fresh.
+
+        Parameters
+        ----------
+        a : int
+            The a.
+        b : int
+            The b.
+        """
+    '''
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "where"),
+    [
+        ("pyproject.toml", '[tool.ruff.lint.pydocstyle]\nconvention = "numpy"\n', "pyproject.toml"),
+        ("ruff.toml", '[lint.pydocstyle]\nconvention = "numpy"\n', "ruff.toml"),
+        ("setup.cfg", "[pydocstyle]\nconvention = numpy\n", "setup.cfg"),
+        ("pyproject.toml", "[tool.numpydoc_validation]\nchecks = ['all']\n", "pyproject.toml"),
+        ("docs/conf.py", "extensions = ['numpydoc']\n", "docs/conf.py"),
+    ],
+)
+def test_the_convention_the_project_declares_beats_the_vote(
+    repo: GitRepo, path: str, text: str, where: str
+) -> None:
+    google = '    """Thing.\n\n    Args:\n        x: The x.\n    """\n'
+    existing = "".join(f"def thing{i}(x):\n{google}    return None\n\n" for i in range(6))
+    base = repo.commit({"pkg/existing.py": existing, path: text})  # the docstrings vote google
+    head = repo.commit({"pkg/new.py": NUMPY_DOC})
+
+    result = check_docstrings(repo.path, base, head, DocstringSettings())
+
+    assert result.style == "numpy"
+    assert f"(numpy style, as {where} declares)" in result.message
+    assert result.findings == []
+
+
+def test_an_override_inherits_its_documented_base_method_s_docstring(repo: GitRepo) -> None:
+    base_module = src(
+        '''
+        class Base:
+            """A base."""
+
+            def forward(self, x):
+                """Run it.
+
+                Args:
+                    x: The input.
+
+                Returns:
+                    The output.
+                """
+                raise NotImplementedError
+        '''
+    )
+    override = src(
+        '''
+        from pkg.base import Base as Parent
+        from . import base
+
+
+        class Model(Parent):
+            """A model."""
+
+            def forward(self, x):
+                return x * 2
+
+            def extra(self, y):
+                return y
+
+
+        class Deeper(Model):
+            """Two levels down, through another import form."""
+
+            def forward(self, x):
+                return x
+
+
+        class Other(base.Base):
+            """Through the module."""
+
+            def forward(self, x):
+                return -x
+        '''
+    )
+    start = repo.commit({"pkg/__init__.py": "", "pkg/base.py": base_module})
+    head = repo.commit({"src_marker.txt": "", "pkg/model.py": override})
+
+    result = check_docstrings(repo.path, start, head, DocstringSettings(style="google"))
+
+    # Only the method no base documents is missing; the overrides read Base.forward's.
+    assert [f.message for f in result.findings] == ["`pkg.model.Model.extra()` has no docstring"]

@@ -62,8 +62,8 @@ async def test_retest_gpu_by_a_member_reruns_with_reactions(bot: BotHarness) -> 
     await bot.wait_runs_done(count=2)
     jobs = bot.store.jobs_for_pr(REPO, 7)
     assert len(jobs) == 2 and jobs[1].request.trigger == "/retest-gpu by @maintainer"
-    # 👀 at once, then 😕 because the sample PR breaks a test.
-    assert reactions(bot, comment_id) == ["eyes", "confused"]
+    # 👀 at once, then 👎 because the sample PR breaks a test; 😕 is only ever a rejected command.
+    assert reactions(bot, comment_id) == ["eyes", "-1"]
     assert len(bot.bot_comments()) == 1
 
 

@@ -5,6 +5,7 @@ check runs and one sticky comment on the fake GitHub (which checks every request
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import payloads
@@ -143,7 +144,13 @@ async def test_push_to_default_branch_records_the_reference_used_by_later_prs(bo
         return bot.store.baseline(REPO, "default") is not None and not bot.service.workers.busy  # type: ignore[union-attr]
 
     await bot.wait_for("the baseline run", baseline_done)
-    assert bot.fake.check_runs(REPO) == []  # a baseline reports to no PR
+    # A baseline reports to no PR; its commit shows whether the coverage map was recorded.
+    await bot.wait_for("its check run", lambda: bool(bot.fake.check_runs(REPO)))
+    [mapped] = bot.fake.check_runs(REPO)
+    final = mapped.states[-1]
+    assert mapped.name == "paritybot / coverage map (default)" and mapped.head_sha == bot.sample.base_sha
+    assert (final["status"], final["conclusion"]) == ("completed", "success")
+    assert re.fullmatch(r"\d+ tests, \d+ files", final["output"]["title"]), final["output"]["title"]
 
     assert await bot.send("pull_request", bot.pr_event("opened")) == 202
     await bot.wait_runs_done()

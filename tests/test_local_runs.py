@@ -50,6 +50,15 @@ MISTAKES = [
     ),
     (["perf", "--repo", MISSING, "--base", "main"], f"--repo {MISSING}: no such directory"),
     (["perf", "--repo", REPO, "--base", "nope"], "--base nope: no such branch, tag or commit in {tmp}/repo"),
+    (["coverage-map", "--repo", REPO, "--config", MISSING], f"--config {MISSING}: No such file or directory"),
+    (
+        ["select-tests", "--repo", REPO, "--base", "main", "--config", MISSING],
+        f"--config {MISSING}: No such file or directory",
+    ),
+    (
+        ["perf", "--repo", REPO, "--base", "main", "--config", MISSING],
+        f"--config {MISSING}: No such file or directory",
+    ),
     (["config", "validate", MISSING], f"{MISSING}: No such file or directory"),
     (["env", "parse", MISSING], f"cannot read {MISSING}: No such file or directory"),
     (["serve", "--env-file", MISSING], f"settings file {MISSING}: not found"),
@@ -163,6 +172,42 @@ def test_counts_are_test_items_and_agree_everywhere_on_a_failing_run(tmp_path: P
     counts = "9 passed · 1 failed · 0 skipped · 8 deselected"
     assert f"<sub>Tests: {counts}</sub>" in shown.stdout
     assert "🎯 Tests: 10 selected, 8 deselected" in shown.stdout
+    assert "/retest-gpu" not in shown.stdout  # a local run is rerun by running it, not by a comment
     [tests_run] = [o for o in render_check_runs(report) if o.kind == CheckKind.TESTS]
     assert tests_run.title == counts.capitalize()
     assert "Tests: 10 selected, 8 deselected" in tests_run.summary
+
+
+def test_tests_that_use_tmp_path_leave_nothing_in_the_temp_dir(tmp_path: Path) -> None:
+    # pytest's own temp directories (pytest-of-USER/) go with the run's working tree.
+    repo = GitRepo(tmp_path / "project")
+    uses_tmp = "def test_writes(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert (tmp_path / 'f').exists()\n"
+    bench = "def test_write(benchmark, tmp_path):\n    benchmark((tmp_path / 'f').write_text, 'x')\n"
+    repo.commit(
+        {
+            "pkg/__init__.py": "",
+            "pkg/mod.py": "X = 1\n",
+            "tests/test_mod.py": uses_tmp,
+            "bench/test_bench.py": bench,
+        }
+    )
+    repo.git("checkout", "-q", "-b", "feature")
+    repo.commit({"pkg/mod.py": "X = 2\n"})
+
+    checked = run_cli("check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "· 0 failed ·" in checked.stdout
+    mapped = run_cli(
+        "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", home=tmp_path
+    )
+    assert mapped.returncode == 0, mapped.stderr
+    config = tmp_path / "paritybot.yml"
+    config.write_text("performance:\n  pytest: [bench/]\n  processes: 1\n  max_time_s: 0.1\n")
+    compared = run_cli(
+        "perf", "--repo", str(repo.path), "--base", "main", "--runner", "host", "--config", str(config),
+        home=tmp_path,
+    )  # fmt: skip
+    assert compared.returncode in (0, 1), compared.stderr
+    assert "bench/test_bench.py::test_write" in compared.stdout
+
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -9,6 +9,7 @@ import pytest
 from bot.core.collect_env import parse_collect_env
 from bot.core.models import AdviceKind, EnvFacts, ParityReport, ParityRow, ParityVerdict
 from runner.parity import build_parity, compare_values, cudnn_dotted, reference_from_config, versions_match
+from runner.project_stack import ProjectStack, stack_from
 
 FIXTURES = Path(__file__).parent / "fixtures" / "collect_env"
 MATCH, DIFFERS, UNKNOWN = ParityVerdict.MATCH, ParityVerdict.DIFFERS, ParityVerdict.UNKNOWN
@@ -301,3 +302,45 @@ def test_a_report_stored_before_advice_had_kinds_still_reads() -> None:
     assert [(a.kind, a.text) for a in report.advice] == [
         (AdviceKind.NOTE, "Your Python 3.12 differs from CI's 3.10.")
     ]
+
+
+# --- only what the project uses ------------------------------------------------------------------
+
+
+def test_what_a_project_uses_is_read_from_its_dependencies_and_imports() -> None:
+    assert stack_from(['[project]\ndependencies = ["numpy>=1.24", "scipy"]\n'], ["import numpy as np\n"]) == (
+        ProjectStack(torch=False, gpu=False)
+    )
+    assert stack_from(["torch>=2.1\n"], []).torch
+    assert stack_from([], ["from torch import nn\n"]).torch
+    assert stack_from(["dependencies:\n  - pytorch\n"], []).torch  # conda's name
+    cupy = stack_from([], ["import cupy\n"])
+    assert cupy.gpu and not cupy.torch
+    # A name that only contains it is not it.
+    assert stack_from(["torchvision-like-name\n", "torch_geometric_extras\n"], ["import torchmetrics\n"]) == (
+        ProjectStack(torch=False, gpu=False)
+    )
+
+
+def test_a_project_without_torch_gets_no_torch_or_cuda_rows_and_no_paste_request() -> None:
+    probe = _probe()
+    plain = build_parity(None, probe, None, ["numpy"], ProjectStack(torch=False, gpu=False))
+
+    fields = [r.field for r in plain.rows]
+    assert not {"torch", "torch_cuda", "cudnn", "nccl", "cuda_runtime", "nvidia_driver", "gpu_models"} & set(
+        fields
+    )
+    assert fields[:2] == ["python", "os"] and "pkg:numpy" in fields
+    assert not plain.uses_torch
+    assert [a.kind for a in plain.advice] == [AdviceKind.SCOPE]
+    assert "the project neither depends on nor imports PyTorch or a GPU library" in plain.advice[0].text
+
+    # GPU code without PyTorch keeps the GPU's rows; a pinned reference keeps what it pins.
+    gpu = build_parity(None, probe, None, [], ProjectStack(torch=False, gpu=True))
+    assert {"cuda_runtime", "nvidia_driver", "gpu_models"} <= {r.field for r in gpu.rows}
+    pinned = build_parity(
+        reference_from_config({"torch": "2.3.0"}), probe, None, [], ProjectStack(False, False)
+    )
+    assert "torch" in {r.field for r in pinned.rows}
+    # Unknown (None): every row, as before.
+    assert {"torch", "cudnn"} <= {r.field for r in build_parity(None, probe, None, []).rows}

@@ -38,6 +38,20 @@ def test_docker_form_names_the_image_by_digest_with_gpus_env_and_options() -> No
     ]
 
 
+def test_an_image_without_registry_digest_is_named_by_name_and_tag_with_its_id() -> None:
+    image_id = "sha256:" + "b" * 64
+    ctx = ReproContext(head_sha=SHA, repo="octo/calc", image_ref="ci/calc:cuda12", image_id=image_id)
+
+    _clone, run = repro_commands(ctx, "tests/test_x.py::test_z")
+
+    command, comment = run.split("  # ")
+    assert command.endswith("ci/calc:cuda12 python -m pytest tests/test_x.py::test_z")
+    assert comment == f"ci/calc:cuda12 has no registry digest; the run used image {image_id}"
+    # With a registry digest the reference says it all: no comment.
+    pinned = ctx.model_copy(update={"image_ref": "ci/calc@sha256:" + "a" * 64})
+    assert "#" not in repro_commands(pinned, "tests/test_x.py::test_z")[1]
+
+
 def test_docker_form_quotes_device_lists_and_runs_setup_inside_the_container() -> None:
     ctx = ReproContext(
         head_sha=SHA,

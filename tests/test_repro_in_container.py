@@ -33,11 +33,14 @@ def test_posted_docker_repro_command_reproduces_the_failure(
     assert done.returncode == 0, done.stderr
     assert "runner: docker" in done.stderr
     report = RunReport.model_validate_json(done.stdout)
-    assert report.runner == "docker" and report.image_ref and report.image_ref.startswith("sha256:")
+    # The test image is built here: named as a reader can pull or build it, with the run's image id.
+    assert report.runner == "docker" and report.image_ref == test_image
+    assert report.image_digest and report.image_digest.startswith("sha256:")
     assert report.tests is not None
     [failed] = [r for r in report.tests.results if r.outcome == TestOutcome.FAILED]
     assert failed.nodeid == BROKEN_TEST
     assert any(report.image_ref in command and command.startswith("docker run") for command in failed.repro)
+    assert failed.repro[-1].endswith(f"the run used image {report.image_digest}")
 
     script = " && ".join(failed.repro)
     (tmp_path / "work").mkdir()

@@ -14,6 +14,7 @@ from bot.core.config import Environment
 from bot.core.models import RunKind, RunRequest
 from runner.backends.base import RunnerRequest, RunRefused
 from runner.backends.choice import (
+    CHECK_ENGINE_HINT,
     CHECK_IMAGE_HINT,
     DEFAULT_ENGINE,
     EngineCheck,
@@ -55,7 +56,9 @@ def test_serve_with_the_engine_down_refuses_and_says_where_and_why() -> None:
     assert choice.kind == "refused"
     assert choice.reason == (
         "no container engine reachable at unix:///var/run/docker.sock (connection refused); "
-        "nothing was run on the host instead"
+        "nothing was run on the host instead: start the container engine on this machine "
+        "(`systemctl start docker`), or point DOCKER_HOST in the service's environment at the "
+        "engine's socket"
     )
 
 
@@ -99,8 +102,16 @@ def test_check_auto_uses_the_host_and_says_why() -> None:
 
 
 def test_check_docker_never_falls_back() -> None:
-    policy = RunnerPolicy(mode="docker", host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
-    assert describe_choice(policy, request(), DOWN).kind == "refused"
+    policy = RunnerPolicy(
+        mode="docker",
+        host="any",
+        asked_by="--runner",
+        image_hint=CHECK_IMAGE_HINT,
+        engine_hint=CHECK_ENGINE_HINT,
+    )
+    down = describe_choice(policy, request(), DOWN)
+    assert down.kind == "refused" and down.reason.endswith(CHECK_ENGINE_HINT)
+    assert "DOCKER_HOST" in down.reason and "--runner host" in down.reason
     no_image = describe_choice(policy, request(None), None)
     assert no_image.kind == "refused" and "--image IMAGE" in no_image.reason
 
@@ -151,7 +162,7 @@ async def test_a_dead_socket_refuses_the_run_with_the_engine_s_error(tmp_path: P
         await choose_runner(SERVE, request(trusted=True), env={"DOCKER_HOST": where})
     message = str(refused.value)
     assert message.startswith(f"no container engine reachable at {where} (")
-    assert message.endswith("nothing was run on the host instead")
+    assert "nothing was run on the host instead: start the container engine" in message
 
 
 async def test_check_auto_with_a_dead_socket_gives_the_host_runner(tmp_path: Path) -> None:

@@ -189,6 +189,23 @@ def test_config_validate_accepts_a_good_file_and_schema_is_json(tmp_path: Path) 
     assert "environments" in schema["properties"]
 
 
+def test_config_schema_shows_every_default_including_those_made_in_code() -> None:
+    schema = json.loads(run_cli("config", "schema").stdout)
+    models = {"RepoConfig": schema, **schema["$defs"]}
+    missing = [
+        f"{model}.{key}"
+        for model, body in models.items()
+        for key, prop in body.get("properties", {}).items()
+        if key not in body.get("required", []) and "default" not in prop
+    ]
+    assert missing == []
+    settings = schema["$defs"]["TestSettings"]["properties"]
+    assert settings["paths"]["default"] == ["tests", "test"]
+    assert "pyproject.toml" in settings["whole_suite_globs"]["default"]
+    assert schema["properties"]["environments"]["default"][0]["name"] == "default"
+    assert schema["properties"]["trust"]["default"]["associations"] == ["OWNER", "MEMBER", "COLLABORATOR"]
+
+
 def test_check_demo_prints_the_pr_comment_on_a_laptop_without_engine(tmp_path: Path) -> None:
     done = run_cli("check", "--demo", env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}, home=tmp_path)
     assert done.returncode == 0, done.stderr

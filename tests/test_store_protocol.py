@@ -162,10 +162,11 @@ def test_a_final_state_is_due_on_github_in_the_same_write_until_it_is_published(
     superseded = store.enqueue(run_request("d" * 40), "cuda11", "k-old")
     assert pr_run and default_branch and superseded
     store.finish(pr_run.id, RunState.SUCCEEDED, None, None)
-    store.finish(default_branch.id, RunState.SUCCEEDED, None, None)  # no PR: nothing to show
+    store.finish(default_branch.id, RunState.SUCCEEDED, None, None)  # its coverage map's check run
     store.request_cancel(REPO, 7, keep_sha=pr_run.head_sha)
-    assert [j.id for j in store.jobs_due_for_report()] == [pr_run.id, superseded.id]
+    assert [j.id for j in store.jobs_due_for_report()] == [pr_run.id, default_branch.id, superseded.id]
     store.mark_reported(pr_run.id)
+    store.mark_reported(default_branch.id)
     assert [j.id for j in store.jobs_due_for_report()] == [superseded.id]
     done = store.get_job(pr_run.id)
     assert done is not None and done.state == RunState.SUCCEEDED and not done.report_due

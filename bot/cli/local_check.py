@@ -30,7 +30,7 @@ from bot.core.verdict import Verdict, verdict
 from bot.render.comment import render_comment
 from runner import gitdiff
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
-from runner.backends.choice import CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
+from runner.backends.choice import CHECK_ENGINE_HINT, CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
 from runner.backends.host import HostRunner
 from runner.backends.localenv import BaseInterpreter, RunEnvRunner
 from runner.git import GitError, git
@@ -112,7 +112,9 @@ def load_local_config(
 
 def check_policy(mode: RunnerMode) -> RunnerPolicy:
     """`check` runs the user's own checkout: the host is allowed, but never silently."""
-    return RunnerPolicy(mode=mode, host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT)
+    return RunnerPolicy(
+        mode=mode, host="any", asked_by="--runner", image_hint=CHECK_IMAGE_HINT, engine_hint=CHECK_ENGINE_HINT
+    )
 
 
 def announcing(factory: RunnerFactory) -> RunnerFactory:
@@ -227,7 +229,7 @@ async def run_local_check(
 def render_local(report: RunReport) -> tuple[str, int]:
     """The PR comment's markdown, and the exit code: 0 pass (or nothing to check), 1 the change fails
     a check, 2 broken."""
-    markdown = render_comment(report, stage=Stage.DONE)
+    markdown = render_comment(report, stage=Stage.DONE, local=True)
     outcome = verdict(report)
     passing = (Verdict.PASS, Verdict.FLAKY_ONLY, Verdict.NOTHING_TO_CHECK)
     code = 0 if outcome in passing else 1 if outcome == Verdict.FAIL else 2

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.cli.checkout import UsageError
-from bot.core.config import ConfigError, RepoConfig, parse_repo_config
+from bot.core.config import ConfigError, config_json_schema, parse_repo_config
 from bot.core.release import VERSION
 from bot.service.logs import configure_logging, log_start
 
@@ -26,6 +26,16 @@ PYTHON_HELP = (
     "the project's interpreter; the run gets an environment of its own layered on it "
     "(default: the active virtualenv, else paritybot's own)"
 )
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE``, the same on every command that reads the repository config."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="config file instead of the base's .github/paritybot.yml (the change's own edits to it "
+        "are not used, as on GitHub)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,12 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--base", help="what the change is compared with (default: origin/HEAD, main, master)")
     c.add_argument("--head", default="HEAD", help="the commit to check (default: HEAD)")
     c.add_argument("--env", dest="environment", help="environment name from the config")
-    c.add_argument(
-        "--config",
-        type=Path,
-        help="config file instead of the base's .github/paritybot.yml (the change's own edits to it "
-        "are not used, as on GitHub)",
-    )
+    _config_option(c)
     c.add_argument(
         "--runner",
         choices=["auto", "host", "docker"],
@@ -94,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--env", dest="environment", help="environment name from the config")
     m.add_argument("--runner", choices=["auto", "host", "docker"], default="auto")
     m.add_argument("--python", help=PYTHON_HELP)
+    _config_option(m)
+    m.add_argument("--json", action="store_true", help="print what was recorded as JSON")
 
     cfg = sub.add_parser("config", help="the repository config (.github/paritybot.yml)")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
@@ -116,12 +123,15 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument(
         "--affected", action="store_true", help="only the pytest benchmarks the change can affect, with why"
     )
+    _config_option(pf)
+    pf.add_argument("--json", action="store_true", help="print the comparisons as JSON")
 
     t = sub.add_parser("select-tests", help="which tests a change can affect, and why")
     t.add_argument("--repo", default=".")
     t.add_argument("--base", required=True)
     t.add_argument("--head")
     t.add_argument("--json", action="store_true")
+    _config_option(t)
     return p
 
 
@@ -156,14 +166,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         from bot.cli.perf import perf_main
 
         runners = _local_runners(args.runner, args.python)
-        return asyncio.run(perf_main(args.repo, args.base, args.head, runners, affected=args.affected))
+        return asyncio.run(
+            perf_main(
+                args.repo,
+                args.base,
+                args.head,
+                runners,
+                affected=args.affected,
+                config_file=args.config,
+                as_json=args.json,
+            )
+        )
     if args.command == "env":
         from bot.cli.env import env_parse_main
 
         return env_parse_main(args.file, args.json)
     from bot.cli.select_tests import select_tests_main
 
-    return select_tests_main(args.repo, args.base, args.head, args.json)
+    return select_tests_main(args.repo, args.base, args.head, args.json, args.config)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -267,20 +287,34 @@ def _coverage_map(args: argparse.Namespace) -> int:
             head=args.rev,
             runner_factory=_local_runners(args.runner, args.python),
             environment=args.environment,
+            config_file=args.config,
             kind=RunKind.BASELINE,
         )
     )
-    if report.state != RunState.SUCCEEDED or report.error:
+    failed = report.state != RunState.SUCCEEDED or bool(report.error)
+    where = coverage_dir(open_checkout(args.repo))
+    health = report.coverage_map
+    if args.json:
+        doc = {
+            "commit": report.head_sha,
+            "recorded": not failed,
+            "error": (report.error or report.state.value) if failed else None,
+            "directory": None if failed else str(where),
+            "health": health.model_dump(mode="json") if health else None,
+            "holes": health.holes if health else [],
+        }
+        print(json.dumps(doc, indent=2))
+    if failed:
         print(
             f"paritybot: no coverage map for {args.rev}: {report.error or report.state.value}",
             file=sys.stderr,
         )
         return 1
-    health = report.coverage_map
-    print(
-        f"coverage map of {report.head_sha[:12]} recorded in {coverage_dir(open_checkout(args.repo))}"
-        + (f": {health.describe()}" if health else "")
-    )
+    if not args.json:
+        print(
+            f"coverage map of {report.head_sha[:12]} recorded in {where}"
+            + (f": {health.describe()}" if health else "")
+        )
     if health is not None and health.holes:
         print(
             f"paritybot: the map is partial: it knows nothing of {', '.join(health.holes)}; selections "
@@ -310,7 +344,7 @@ def _gpus(value: str | None) -> str | int | list[str] | None:
 
 def _config(args: argparse.Namespace) -> int:
     if args.config_command == "schema":
-        print(json.dumps(RepoConfig.model_json_schema(), indent=2))
+        print(json.dumps(config_json_schema(), indent=2))
         return 0
     text = _read_text(args.file)
     try:

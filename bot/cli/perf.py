@@ -8,6 +8,7 @@ finds, in alternating rounds, on this machine or in the environment's image.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -15,9 +16,10 @@ import uuid
 from pathlib import Path
 
 from bot.cli.checkout import commit_of, coverage_dir, open_checkout
-from bot.core.config import CONFIG_PATH, ConfigError, PerformanceSettings, RepoConfig, parse_repo_config
+from bot.cli.local_check import load_local_config
+from bot.core.config import ConfigError, PerformanceSettings, RepoConfig
 from bot.core.models import Selection
-from bot.core.perf import DriverReport, PerfThresholds, Verdict, outcome
+from bot.core.perf import Comparison, DriverReport, PerfThresholds, Verdict, outcome
 from bot.render.performance import performance_section
 from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
@@ -72,9 +74,19 @@ async def compare_local(
 
 
 async def perf_main(
-    repo: Path, base: str, head: str, runner_factory: RunnerFactory, *, affected: bool = False
+    repo: Path,
+    base: str,
+    head: str,
+    runner_factory: RunnerFactory,
+    *,
+    affected: bool = False,
+    config_file: Path | None = None,
+    as_json: bool = False,
 ) -> int:
     """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input.
+
+    The config is found as `check` finds it: ``config_file``, else the merge base's (a change must
+    not choose its own thresholds), said on stderr. ``as_json``: the comparisons as JSON instead.
 
     With ``affected``, only the pytest benchmarks the change can affect run, chosen by the same
     selection as the tests (``runner.selection.pr.select_tests``: the nearest usable coverage map,
@@ -85,12 +97,16 @@ async def perf_main(
     base_commit, head_sha = commit_of(repo, base, "--base"), commit_of(repo, head, "--head")
     try:
         base_sha = gitdiff.merge_base(repo, base_commit, head_sha)
-        # The base's config, as the App reads it: a change must not choose its own thresholds.
-        config = parse_repo_config(gitdiff.read_file(repo, base_sha, CONFIG_PATH))
+        config, source = load_local_config(repo, head_sha, config_file, base_commit)
+        print(source, file=sys.stderr)
         selection = _selection(repo, base_sha, head_sha, config) if affected else None
         names = selected_benchmarks(selection) if selection is not None else None
         if selection is not None and names == []:
-            print(f"No benchmark to compare: {nothing_selected(selection, 'benchmark')}.")
+            why = nothing_selected(selection, "benchmark")
+            if as_json:
+                print(json.dumps(_json_doc(base_sha, head_sha, [], why=why, notes=selection.notes), indent=2))
+                return 0
+            print(f"No benchmark to compare: {why}.")
             for note in selection.notes:
                 print(note)
             print(where_looked(config))
@@ -103,6 +119,13 @@ async def perf_main(
     comparisons = compare_all(report, limits)
     for problem in [*(f"{e.kind} on {e.side.value}: {e.message}" for e in report.errors), *report.warnings]:
         print(f"paritybot perf: {problem}", file=sys.stderr)
+    regression = any(c.verdict is Verdict.REGRESSION for c in comparisons)
+    if as_json:
+        doc = _json_doc(base_sha, head_sha, comparisons, threshold=limits.threshold, selection=selection)
+        doc["errors"] = [e.model_dump(mode="json") for e in report.errors]
+        doc["regression"] = regression
+        print(json.dumps(doc, indent=2))
+        return 1 if regression else 0
     print(
         performance_section(
             comparisons, report.benchmarks, threshold=limits.threshold, confidence=limits.confidence
@@ -121,7 +144,34 @@ async def perf_main(
         print(f"\nNo benchmark found. {where_looked(config)}")
     result = outcome(comparisons, threshold=limits.threshold, blocking=True)
     print(f"\n{result.title}")
-    return 1 if any(c.verdict is Verdict.REGRESSION for c in comparisons) else 0
+    return 1 if regression else 0
+
+
+def _json_doc(
+    base_sha: str,
+    head_sha: str,
+    comparisons: list[Comparison],
+    *,
+    threshold: float | None = None,
+    selection: Selection | None = None,
+    why: str | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, object]:
+    """What `perf --json` prints: the commits compared and each benchmark's verdict, with why it ran."""
+    rows = []
+    for c in comparisons:
+        row = c.model_dump(mode="json")
+        if selection is not None:
+            row["why"] = why_selected(c.name, selection) if c.kind == "pytest" else ["not a pytest benchmark"]
+        rows.append(row)
+    return {
+        "base": base_sha,
+        "head": head_sha,
+        "threshold": threshold,
+        "comparisons": rows,
+        "nothing_to_compare": why,
+        "notes": notes or [],
+    }
 
 
 def _selection(repo: Path, base_sha: str, head_sha: str, config: RepoConfig) -> Selection:

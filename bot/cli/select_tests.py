@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from bot.cli.checkout import UsageError, commit_of, coverage_dir, open_checkout
-from bot.core.config import CONFIG_PATH, ConfigError, parse_repo_config
+from bot.cli.local_check import load_local_config
+from bot.core.config import ConfigError
 from bot.core.models import Selection
 from runner import gitdiff
 from runner.git import GitError
@@ -19,8 +20,15 @@ from runner.selection.coverage_map import CoverageMapStore
 from runner.selection.pr import nothing_selected, select_tests
 
 
-def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> int:
-    """``paritybot select-tests``: print the selection and its reasons; 0 on success, 2 on bad input."""
+def select_tests_main(
+    repo: str, base: str, head: str | None, as_json: bool, config_file: Path | None = None
+) -> int:
+    """``paritybot select-tests``: print the selection and its reasons; 0 on success, 2 on bad input.
+
+    The config is found as `check` finds it: ``config_file``, else the merge base's
+    ``.github/paritybot.yml`` (a change must not choose its own selection rules); which one applied
+    is said on stderr.
+    """
     try:
         root = open_checkout(Path(repo))
         head = commit_of(root, head or "HEAD", "--head")
@@ -30,9 +38,9 @@ def select_tests_main(repo: str, base: str, head: str | None, as_json: bool) -> 
         return 2
     try:
         base_sha = gitdiff.merge_base(root, base, head)
-        # The base's config, as the App reads it: a change must not choose its own selection rules.
-        config_text = gitdiff.read_file(root, base_sha, CONFIG_PATH)
-        settings = parse_repo_config(config_text).tests
+        config, source = load_local_config(root, head, config_file, base)
+        print(source, file=sys.stderr)
+        settings = config.tests
         maps = CoverageMapStore(coverage_dir(root)) if settings.use_coverage_map else None
         selection = select_tests(root, base_sha, head, settings, maps)
     except (GitError, UnsafeFileError, ConfigError) as exc:

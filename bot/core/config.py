@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 CONFIG_PATH = ".github/paritybot.yml"
 
@@ -304,6 +306,23 @@ class RepoConfig(_Strict):
 
     def default_environment(self) -> Environment:
         return next((e for e in self.environments if e.default), self.environments[0])
+
+
+class _EveryDefault(GenerateJsonSchema):
+    """pydantic leaves out defaults made by a factory (lists, nested settings); a user reading the
+    schema needs them as much as the others, so they are computed and shown."""
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        factory = schema.get("default_factory")
+        if factory is not None and not schema.get("default_factory_takes_data"):
+            schema = {**schema, "default": factory()}  # type: ignore[call-arg]
+            schema.pop("default_factory")
+        return super().default_schema(schema)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The config's JSON Schema (`paritybot config schema`), with every default shown."""
+    return RepoConfig.model_json_schema(schema_generator=_EveryDefault)
 
 
 class ConfigError(Exception):

@@ -190,6 +190,10 @@ class TestCaseResult(Model):
     message: str = Field("", description="the first lines of the error")
     attempts: int = 1
     repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
+    collection_error: bool = Field(
+        False, description="a selected module (``nodeid`` is its path) that pytest could not collect"
+    )
+    line: int | None = Field(None, description="the test's definition line, from pytest's report")
 
 
 class CollectionError(Model):
@@ -217,9 +221,17 @@ class TestsResult(Model):
     not_collected: list[CollectionError] = Field(
         default_factory=list, description="test modules outside the selection that could not be collected"
     )
+    collection_fix: str = Field(
+        "", description="the likely fix when test modules did not collect (the project does not import)"
+    )
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
+
+    @property
+    def collection_errors(self) -> list[TestCaseResult]:
+        """The selected modules that did not collect: errors of the suite, not failing tests."""
+        return [r for r in self.results if r.collection_error]
 
 
 class CoverageMapHealth(Model):
@@ -227,6 +239,7 @@ class CoverageMapHealth(Model):
 
     tests_collected: int = 0
     tests_ran: int = 0
+    files: int = Field(0, description="source files the map records lines of")
     collection_errors: list[CollectionError] = Field(default_factory=list)
     not_run: list[str] = Field(
         default_factory=list, description="test files whose collected tests did not run (a crash, -x)"
@@ -288,6 +301,7 @@ class AdviceKind(StrEnum):
     OTHER_DIFFERENCES = "other_differences"  # the rest of the fields that differ, in one line
     DRIFT = "drift"  # this run differs from the pinned CI reference
     NOTE = "note"  # advice stored before advice had kinds
+    SCOPE = "scope"  # rows left out: the project does not use what they compare
 
 
 class Advice(Model):
@@ -299,6 +313,9 @@ class ParityReport(Model):
     rows: list[ParityRow] = Field(default_factory=list)
     advice: list[Advice] = Field(default_factory=list)
     contributor_pasted: bool = False
+    uses_torch: bool = Field(
+        True, description="the project uses PyTorch, so a `torch.utils.collect_env` paste is worth asking for"
+    )
 
     @field_validator("advice", mode="before")
     @classmethod

@@ -88,8 +88,9 @@ _FRAMES = (
 )
 
 
-def failure_line(path: str, message: str) -> int:
-    """The line in ``path`` a traceback points at: its last frame in that file, else line 1.
+def failure_line(path: str, message: str, fallback: int | None = None) -> int:
+    """The line in ``path`` a traceback points at: its last frame in that file, else ``fallback``
+    (the test's own line, as pytest's report names it), else line 1.
 
     The last frame in the test's own file is the one nearest the failure. A frame's path is
     either the same relative path or an absolute one ending in it (``/workspace/tests/x.py``, as
@@ -102,14 +103,14 @@ def failure_line(path: str, message: str) -> int:
             same = found == path or (found.startswith("/") and found.endswith("/" + path))
             if same and number >= 1 and (best is None or m.start() > best[0]):
                 best = (m.start(), number)
-    return best[1] if best else 1
+    return best[1] if best else (fallback or 1)
 
 
 def test_annotation(r: TestCaseResult) -> dict[str, Any] | None:
     path = nodeid_path(r.nodeid)
     if path is None:
         return None
-    line = failure_line(path, r.message)
+    line = failure_line(path, r.message, r.line)
     level = "warning" if r.outcome == TestOutcome.FLAKY else "failure"
     # The hover box is small: the headline first, then the error as pytest printed it.
     headline = error_headline(r.message) or r.outcome.value

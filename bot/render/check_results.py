@@ -79,6 +79,40 @@ def render_performance_check(report: RunReport) -> CheckRunOutput | None:
     )
 
 
+def render_coverage_map_check(report: RunReport) -> CheckRunOutput:
+    """The ``paritybot / coverage map`` check run of a default-branch run: whether the commit's
+    per-test coverage map was recorded (how many tests, how many files) or why not."""
+    health = report.coverage_map
+    if report.state == RunState.CANCELLED:
+        outcome = _Outcome("completed", "cancelled", "Cancelled: the run was stopped")
+    elif report.error or report.state != RunState.SUCCEEDED:
+        why = (report.error or report.state.value).strip().splitlines()[0]
+        outcome = _Outcome("completed", "failure", f"Not recorded: {why}")
+    elif health is None:
+        outcome = _Outcome(
+            "completed", "neutral", "Not recorded: tests.use_coverage_map is off in the config"
+        )
+    else:
+        outcome = _Outcome(
+            "completed", "success", f"{counted(health.tests_ran, 'test')}, {counted(health.files, 'file')}"
+        )
+    summary = [_run_header(report)]
+    if health is not None:
+        summary.append(md.prose(capitalised(health.describe())) + ".")
+        if health.holes and not report.error:
+            holes = ", ".join(md.code(h) for h in health.holes[:10])
+            summary.append(
+                f"The map knows nothing of {holes}: selections use the static signals for the tests there."
+            )
+    if report.error:
+        summary.append(md.fence(limits.truncate(report.error, limits.COMMENT_RUN_ERROR_CHARS), "text"))
+    else:
+        summary.append(
+            "Pull requests based on this commit, or on a later one, select their tests with this map."
+        )
+    return _check_output(report, CheckKind.COVERAGE_MAP, outcome, "\n\n".join(summary))
+
+
 def _check_run(report: RunReport, kind: CheckKind) -> CheckRunOutput:
     """The prologue every check shares, then the check's own renderer when it has a result to show."""
     result = _result_of(report, kind)
@@ -353,7 +387,7 @@ def _parity_run(report: RunReport, parity: ParityReport) -> CheckRunOutput:
     summary = [_run_header(report), parity_table(parity)]
     if parity.advice:
         summary.append("\n".join(f"- {md.prose(a.text)}" for a in parity.advice))
-    if not parity.contributor_pasted:
+    if not parity.contributor_pasted and parity.uses_torch:
         summary.append(
             "No environment in the PR description: paste the output of `python -m torch.utils.collect_env` "
             "there to compare your machine too."

@@ -61,6 +61,7 @@ def render_comment(
     check_run_url: str | None = None,
     app_slug: str = "paritybot",
     notice: str | None = None,
+    local: bool = False,
 ) -> str:
     """The sticky comment's body for ``stage``; ``report`` is the run's results so far, if any.
 
@@ -68,6 +69,8 @@ def render_comment(
     for ``running`` it holds the checks finished so far. ``notice`` is a line from the caller
     (why a run was cancelled, who may approve it); for ``config_error`` it holds the problems.
     The body always starts with :data:`STICKY_MARKER` and stays under GitHub's comment limit.
+    ``local``: the run is `paritybot check`'s, which is tried again by running it again, not by
+    a comment.
     """
     if stage == Stage.DONE and report is None:
         raise ValueError("a finished run's comment needs its report")
@@ -76,9 +79,13 @@ def render_comment(
     where = (
         f"the [check runs]({check_run_url})" if check_run_url else "the paritybot check runs of this commit"
     )
-    head = _comment_head(report, stage, queue_position, check_run_url, notice)
-    parts = comment_parts(report, where) if report is not None and stage != Stage.CONFIG_ERROR else []
-    footer = _footer(app_slug)
+    head = _comment_head(report, stage, queue_position, check_run_url, notice, local=local)
+    parts = (
+        comment_parts(report, where, local=local)
+        if report is not None and stage != Stage.CONFIG_ERROR
+        else []
+    )
+    footer = "" if local else _footer(app_slug)  # the commands are the App's, not the command line's
 
     def assemble(rendered: list[str], cut_note: str) -> str:
         blocks = [STICKY_MARKER, head, *rendered, cut_note, footer]
@@ -146,6 +153,8 @@ def _comment_head(
     queue_position: int | None,
     check_run_url: str | None,
     notice: str | None,
+    *,
+    local: bool = False,
 ) -> str:
     """The heading, where and what ran, the caller's notice, and the run's error: all above the fold."""
     heading = f"### {_stage_heading(report, stage, queue_position)}"
@@ -181,7 +190,7 @@ def _comment_head(
     if report is not None and report.nothing_to_check:
         blocks.append(md.prose(capitalised(report.nothing_to_check)) + ".")
     if report is not None and report.error:
-        blocks.append(_run_error_block(report))
+        blocks.append(_run_error_block(report, local))
     return "\n\n".join(blocks)
 
 
@@ -254,13 +263,16 @@ def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
 
 
 def _tests_bits(tests: TestsResult) -> list[str]:
-    failing = len(failing_tests(tests))
+    uncollected = len(tests.collection_errors)
+    failing = len(failing_tests(tests)) - uncollected
     flaky = tests.count(TestOutcome.FLAKY)
     passed = tests.count(TestOutcome.PASSED)
     bits = []
+    if uncollected:
+        bits.append(f"❌ {counted(uncollected, 'test module')} did not collect")
     if failing:
         bits.append(f"❌ {counted(failing, 'test')} failed")
-    elif tests.status == CheckStatus.FAILED:
+    elif tests.status == CheckStatus.FAILED and not uncollected:
         bits.append("❌ tests failed")
     if flaky:
         bits.append(f"⚠️ {flaky:,} flaky")
@@ -268,7 +280,7 @@ def _tests_bits(tests: TestsResult) -> list[str]:
         bits.append("❗ tests could not finish")
     elif tests.status == CheckStatus.CANCELLED:
         bits.append("⏹️ tests cancelled")
-    elif not failing and tests.status == CheckStatus.PASSED:
+    elif not failing and not uncollected and tests.status == CheckStatus.PASSED:
         bits.append(f"✅ {counted(passed, 'test')} passed" if passed else "➖ no tests selected")
     return bits
 
@@ -305,20 +317,20 @@ def _not_run_line(report: RunReport) -> str:
     return f"<sub>Not run: {' · '.join(skipped)}</sub>" if skipped else ""
 
 
-def _run_error_block(report: RunReport) -> str:
+def _run_error_block(report: RunReport, local: bool) -> str:
     assert report.error is not None
     text = limits.truncate(report.error.strip(), limits.COMMENT_RUN_ERROR_CHARS)
+    again = "running `paritybot check` again tries again" if local else f"`{COMMAND}` tries again"
     if report.refused:
         return (
             "**⛔ Not run:** nothing of this change ran, for the reason below. It names a setting "
-            f"to change, not a fault of your change; `{COMMAND}` tries again once it is changed.\n\n"
-            + md.fence(text, "text")
+            f"to change, not a fault of your change; {again} once it is changed.\n\n" + md.fence(text, "text")
         )
     checked = any(c is not None for c in (report.precommit, report.docstrings, report.tests))
     consequence = "so the results below are incomplete" if checked else "before any check ran"
     return (
         f"**💥 The run itself broke**, {consequence}. This is usually the machine's fault, not your "
-        f"change's; `{COMMAND}` tries again.\n\n" + md.fence(text, "text")
+        f"change's; {again}.\n\n" + md.fence(text, "text")
     )
 
 

@@ -45,13 +45,14 @@ from bot.render.phrases import (
 )
 
 
-def comment_parts(report: RunReport, where: str) -> list[Part]:
+def comment_parts(report: RunReport, where: str, *, local: bool = False) -> list[Part]:
+    """The comment's sections; ``local``: for `paritybot check`, which no comment reruns."""
     parts: list[Part] = []
     tests = report.tests
     if tests is not None:
         failing = failing_tests(tests)
         if failing:
-            parts.append(_failures_part(failing, where))
+            parts.append(_failures_part(failing, where, local))
         if tests.status in (CheckStatus.ERROR, CheckStatus.FAILED) and not failing:
             parts.append(text_part("the tests' error", 85, _tests_error_section(tests)))
     if report.precommit is not None and report.precommit.status in (CheckStatus.FAILED, CheckStatus.ERROR):
@@ -69,11 +70,11 @@ def comment_parts(report: RunReport, where: str) -> list[Part]:
     if report.parity is not None and report.parity.rows:
         parts.append(text_part("environment parity", 30, _parity_section(report.parity)))
     if tests is not None and (tests.selection.tests or tests.selection.whole_suite or _said(tests)):
-        parts.append(_selection_part(tests.selection, where, tests))
+        parts.append(_selection_part(tests.selection, where, tests, local))
     return parts
 
 
-def _failures_part(failing: list[TestCaseResult], where: str) -> Part:
+def _failures_part(failing: list[TestCaseResult], where: str, local: bool = False) -> Part:
     cap = min(len(failing), limits.COMMENT_DETAILED_FAILURES + limits.COMMENT_LISTED_FAILURES)
 
     def render(k: int | None) -> str:
@@ -88,8 +89,9 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> Part:
             )
         if len(failing) > shown:
             blocks.append(f"…and {counted(len(failing) - shown, 'more failing test')}: see {where}.")
-        blocks.append(f"Rerun only these with `{COMMAND} failed`.")
-        summary = f"❌ <b>{counted(len(failing), 'failing test')}</b>"
+        if not local:
+            blocks.append(f"Rerun only these with `{COMMAND} failed`.")
+        summary = f"❌ <b>{failing_summary(failing)}</b>"
         return details(summary, "\n\n".join(blocks), open_=len(failing) <= 3)
 
     return Part(
@@ -97,8 +99,22 @@ def _failures_part(failing: list[TestCaseResult], where: str) -> Part:
     )
 
 
+def failing_summary(failing: list[TestCaseResult]) -> str:
+    """``2 failing tests · 1 collection error``: a module that did not collect is no test."""
+    errors = sum(1 for r in failing if r.collection_error)
+    tests = len(failing) - errors
+    parts = [counted(tests, "failing test")] if tests else []
+    return " · ".join([*parts, *([counted(errors, "collection error")] if errors else [])])
+
+
 def _failure_entry(result: TestCaseResult) -> str:
-    what = "failed" if result.outcome == TestOutcome.FAILED else "errored (setup, teardown or collection)"
+    what = (
+        "did not collect (collection error: none of its tests ran)"
+        if result.collection_error
+        else "failed"
+        if result.outcome == TestOutcome.FAILED
+        else "errored (setup or teardown)"
+    )
     if result.attempts > 1:
         what += f" on all {result.attempts} attempts"
     took = f", {result.duration_s:.1f} s" if result.duration_s else ""
@@ -219,7 +235,7 @@ def _parity_section(parity: ParityReport) -> str:
     advice = [a for a in parity.advice if a.kind != AdviceKind.PASTE]
     if advice:
         blocks.append("\n".join(f"- {md.prose(a.text)}" for a in advice))
-    if not parity.contributor_pasted:
+    if not parity.contributor_pasted and parity.uses_torch:
         blocks.append(
             "The **yours** column is empty because the PR description has no environment in it. To "
             "compare your machine too, run `python -m torch.utils.collect_env` and paste its output "
@@ -277,7 +293,7 @@ def _selection_notes(selection: Selection, why_none: str) -> list[str]:
     return blocks
 
 
-def _selection_part(selection: Selection, where: str, tests: TestsResult) -> Part:
+def _selection_part(selection: Selection, where: str, tests: TestsResult, local: bool = False) -> Part:
     groups = _selection_groups(selection)
     cap = min(len(groups), limits.COMMENT_SELECTION_REASONS)
 
@@ -304,7 +320,7 @@ def _selection_part(selection: Selection, where: str, tests: TestsResult) -> Par
                 f"{counted(len(dropped), 'selected test')} did not run because of the `tests.max_tests` "
                 f"budget: {names}"
             )
-        if not selection.whole_suite:
+        if not selection.whole_suite and not local:
             blocks.append(f"Run everything with `{COMMAND} all`.")
         return details(selection_summary(selection, tests), "\n\n".join(blocks))
 

@@ -176,21 +176,45 @@ def selection_summary(selection: Selection, tests: TestsResult | None = None) ->
         return "🎯 Tests: the whole suite" + (f" ({counted(size, 'test')})" if size is not None else "")
     if tests is not None and tests.selected is not None:
         left_out = f", {tests.deselected:,} deselected" if tests.deselected is not None else ""
-        return f"🎯 Tests: {tests.selected:,} selected{left_out}"
+        uncollected = uncollected_ids(tests)
+        # The ids listed below the count: those in modules that did not collect are not in it.
+        held = (
+            f"; {counted(len(uncollected), 'selected id')} in modules that did not collect"
+            if uncollected
+            else ""
+        )
+        return f"🎯 Tests: {tests.selected:,} selected{left_out}{held}"
     return f"🎯 Tests: {counted(len(selection.tests), 'test id')} selected"
 
 
 def test_counts(tests: TestsResult) -> str:
     """A run's counts in pytest's test items, the same four every time (flaky when there are):
-    ``9 passed · 1 failed · 0 skipped · 8 deselected``. Errors count as failed."""
-    failed = sum(1 for r in tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR))
+    ``9 passed · 1 failed · 0 skipped · 8 deselected``. Errors count as failed; a selected module
+    that did not collect is no test, and is counted apart: ``· 2 modules did not collect``."""
+    failed = sum(
+        1
+        for r in tests.results
+        if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR) and not r.collection_error
+    )
     parts = [f"{tests.count(TestOutcome.PASSED):,} passed", f"{failed:,} failed"]
     if tests.count(TestOutcome.FLAKY):
         parts.append(f"{tests.count(TestOutcome.FLAKY):,} flaky")
     parts.append(f"{tests.count(TestOutcome.SKIPPED):,} skipped")
     if tests.deselected is not None:
         parts.append(f"{tests.deselected:,} deselected")
+    if tests.collection_errors:
+        parts.append(f"{counted(len(tests.collection_errors), 'module')} did not collect")
     return " · ".join(parts)
+
+
+def uncollected_ids(tests: TestsResult) -> list[str]:
+    """The selected ids whose module did not collect: listed as selected, and never run."""
+    places = [r.nodeid.rstrip("/") for r in tests.collection_errors]
+    return [
+        t.nodeid
+        for t in tests.selection.tests
+        if any(t.nodeid == p or t.nodeid.startswith((p + "::", p + "/")) for p in places)
+    ]
 
 
 def tests_ran(tests: TestsResult) -> bool:
@@ -199,8 +223,19 @@ def tests_ran(tests: TestsResult) -> bool:
 
 
 def tests_notes(tests: TestsResult) -> list[str]:
-    """What the counts leave out: selected tests the head does not have, modules that did not collect."""
+    """What the counts leave out: modules that did not collect (with the likely fix), selected tests
+    the head does not have."""
     notes = []
+    errors = tests.collection_errors
+    if errors:
+        first = error_headline(errors[0].message)
+        why = f" (first error: {md.code(one_line(first, 160))})" if first else ""
+        modules = ", ".join(md.code(r.nodeid) for r in errors[:5]) + (" …" if len(errors) > 5 else "")
+        fix = f" {md.prose(tests.collection_fix)}" if tests.collection_fix else ""
+        notes.append(
+            f"**Collection error:** {counted(len(errors), 'selected test module')} did not collect, "
+            f"so none of their tests ran: {modules}{why}.{fix}"
+        )
     if tests.not_found:
         names = ", ".join(md.code(n) for n in tests.not_found[:5]) + (
             " …" if len(tests.not_found) > 5 else ""
@@ -215,8 +250,9 @@ def tests_notes(tests: TestsResult) -> list[str]:
             for e in tests.not_collected[:3]
         )
         more = " …" if len(tests.not_collected) > 3 else ""
+        fix = f" {md.prose(tests.collection_fix)}" if tests.collection_fix and not errors else ""
         notes.append(
             f"Not selected, and could not be collected: {counted(len(tests.not_collected), 'test module')}: "
-            f"{shown}{more}"
+            f"{shown}{more}{fix}"
         )
     return notes

@@ -30,10 +30,10 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from bot.core.kinds import CHECK_KINDS
-from bot.core.models import RunReport, RunState
+from bot.core.kinds import CHECK_KINDS, Reaction
+from bot.core.models import RunKind, RunReport, RunState
 from bot.core.verdict import Verdict, verdict
-from bot.render.check_results import render_check_runs, render_performance_check
+from bot.render.check_results import render_check_runs, render_coverage_map_check, render_performance_check
 from bot.render.check_runs import abandoned_output, render_in_progress_output, render_queued_output
 from bot.service.github import GitHubApp
 from bot.service.reporter import GitHubReporter, PrLocking
@@ -47,8 +47,8 @@ TakeBack = Callable[[], tuple[int, int]]
 """Takes back the runs of silent workers: (requeued, failed). One machine: the store's ``recover``
 with ``stale_after_s``; several hosts have none here, the reaper does it (bot.service.fleet.reaper)."""
 
-REACTION_PASSED = "rocket"
-REACTION_FAILED = "confused"
+REACTION_PASSED = Reaction.PASSED
+REACTION_FAILED = Reaction.FAILED
 
 
 def _good(report: RunReport) -> bool:
@@ -81,11 +81,13 @@ class Reconciler:
         self.passes = 0  # completed passes, for tests and logs
 
     async def reporter(self, job: Job) -> GitHubReporter | None:
-        """A reporter in the job's installation; None when the job reports to no PR."""
+        """A reporter in the job's installation; None when the job reports to no PR, nor records
+        the default branch's coverage map."""
+        reports = job.pr_number is not None or job.request.kind == RunKind.BASELINE
         if self._reporter_factory is not None:
-            return await self._reporter_factory(job) if job.pr_number is not None else None
+            return await self._reporter_factory(job) if reports else None
         installation = job.request.installation_id
-        if self.app is None or installation is None or job.pr_number is None:
+        if self.app is None or installation is None or not reports:
             return None
         gh = await self.app.client(installation)
         return GitHubReporter(
@@ -119,6 +121,9 @@ class Reconciler:
                     content = REACTION_PASSED if _good(report) else REACTION_FAILED
                     await reporter.react(job.repo, job.request.comment_id, content)
                 await self.close_strays(job, reporter)
+            elif reporter is not None and job.request.kind == RunKind.BASELINE:
+                report = job.final_report(await asyncio.to_thread(self.store.report, job.id))
+                await reporter.sync_check_runs(job, [render_coverage_map_check(report)])
         except Exception:
             log.exception("publishing a finished run failed; the reconciler tries again", run_id=job.id)
             return False

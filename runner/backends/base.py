@@ -18,6 +18,9 @@ from bot.core.config import Environment
 
 # Where injected helper files (the probe, report paths) live inside a workspace.
 SCRATCH_DIR = ".paritybot"
+# pytest's temporary directories (``tmp_path``), given with ``--basetemp`` so that they go with the
+# run's workspace instead of piling up as ``pytest-of-USER/`` in the machine's temp directory.
+PYTEST_BASETEMP = f"{SCRATCH_DIR}/pytest-tmp"
 # The most of one collected file the bot reads unless a step sets its own cap (see runner.backends.collect).
 COLLECT_MAX_BYTES = 64_000_000
 

@@ -46,6 +46,15 @@ SERVICE_IMAGE_HINT = (
     "or PARITYBOT_DEFAULT_IMAGE in the service's settings"
 )
 CHECK_IMAGE_HINT = "set `image:` for it in .github/paritybot.yml, or pass --image IMAGE"
+SERVICE_ENGINE_HINT = (
+    "start the container engine on this machine (`systemctl start docker`), or point DOCKER_HOST "
+    "in the service's environment at the engine's socket"
+)
+CHECK_ENGINE_HINT = (
+    "start the container engine (`sudo systemctl start docker`, or Docker Desktop), or set "
+    "DOCKER_HOST to where it listens (e.g. unix://$XDG_RUNTIME_DIR/docker.sock for a rootless "
+    "engine); --runner host runs on this machine instead"
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class RunnerPolicy:
     asked_by: str = "PARITYBOT_RUNNER"
     """The setting or option that set ``mode``, named in reasons."""
     image_hint: str = SERVICE_IMAGE_HINT
+    engine_hint: str = SERVICE_ENGINE_HINT
+    """What to start or set when no engine answers."""
     redact: tuple[str, ...] = ()
     """The service's secrets, never shown in any run's output."""
     owner: Owner | None = None
@@ -137,7 +148,9 @@ def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: Engine
         if policy.mode == "auto" and _host_allowed(policy, request):
             return RunnerChoice("host", f"no container engine reachable {where}")
         return RunnerChoice(
-            "refused", f"no container engine reachable {where}; nothing was run on the host instead"
+            "refused",
+            f"no container engine reachable {where}; nothing was run on the host instead: "
+            f"{policy.engine_hint}",
         )
     source = (
         f"in {image}"

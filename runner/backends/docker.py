@@ -87,7 +87,13 @@ from runner.backends.docker_engine import (
     safe_name,
     writable_volumes,
 )
-from runner.backends.docker_image import needs_image_accounts, parse_user, pick_repo_digest, store_volume_name
+from runner.backends.docker_image import (
+    needs_image_accounts,
+    parse_user,
+    pick_repo_digest,
+    pullable_name,
+    store_volume_name,
+)
 from runner.backends.docker_limits import (
     device_requests,
     effective_limits,
@@ -206,7 +212,7 @@ class DockerRunner:
         self._image_id = image.id
         repo_digest = pick_repo_digest(self.environment.image or "", image.attrs.get("RepoDigests") or [])
         self._info.image_digest = repo_digest.split("@", 1)[1] if repo_digest else image.id
-        self._info.image_ref = repo_digest or image.id
+        self._info.image_ref = repo_digest or pullable_name(self.environment.image or "") or image.id
         self._uid_gid = await asyncio.to_thread(self._resolve_user)
         self._host_config = await asyncio.to_thread(self._limits)
         self._workspace_limit = workspace_limit(self.environment)

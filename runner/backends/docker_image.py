@@ -58,6 +58,14 @@ def pick_repo_digest(image_name: str, repo_digests: list[str]) -> str | None:
     return repo_digests[0] if repo_digests else None
 
 
+def pullable_name(image_name: str) -> str | None:
+    """The configured ``name:tag`` when the image has no registry digest (built on this machine):
+    what a reader can pull or build, unlike a local image id. None for an id or a digest."""
+    if not image_name or image_name.startswith("sha256:") or "@" in image_name:
+        return None
+    return image_name
+
+
 def _repository(image_name: str) -> str:
     name = image_name.split("@", 1)[0]
     # A tag follows the last colon only if that colon comes after the last slash (registry:port/…).

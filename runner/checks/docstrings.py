@@ -6,11 +6,14 @@ An undocumented function the PR does not touch is never reported.
 
 The core, :func:`check_module`, is a pure function on the file's old and new text and the changed
 line numbers; :func:`check_docstrings` feeds it from git. Docstrings are read with the
-``docstring-parser`` library in the repository's style (google, numpy or reST), detected by a
-vote over the docstrings present when the config says ``auto``.
+``docstring-parser`` library in the repository's style (google, numpy or reST): with ``auto``, the
+convention the project declares (:mod:`runner.checks.doc_convention`), else a vote over the
+docstrings present. Sections in a markup no style reads are never reported as missing, and an
+override without a docstring inherits its base method's (:mod:`runner.checks.inherited_docs`).
 
-Why a little past 400 lines: the checks of each docstring section (parameters, returns, raises)
-are one visitor over one parsed docstring.
+Why past 400 lines: the checks of each docstring section (parameters, returns, raises) are one
+visitor over one parsed docstring, and reading it from git (the style, the modules bases live
+in) feeds that visitor only.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from __future__ import annotations
 import ast
 import fnmatch
 from collections import Counter
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
 
 import docstring_parser
 import structlog
@@ -36,6 +39,8 @@ from runner.checks.api_surface import (
     module_name,
     public_api,
 )
+from runner.checks.doc_convention import CONVENTION_FILES, declared_convention, has_sections
+from runner.checks.inherited_docs import ModuleReader, inherited_docstring
 from runner.git import GitError
 from runner.gitdiff import ChangedFile, FileStatus
 
@@ -163,14 +168,16 @@ def check_module(
     *,
     require_returns: bool = True,
     require_raises: bool = False,
+    read_module: ModuleReader | None = None,
 ) -> list[Finding]:
     """Findings for the public objects of one file that the change adds or modifies.
 
     ``style`` is one of google, numpy, rest. A file that does not parse gives one finding at the
-    syntax error's line.
+    syntax error's line. ``read_module`` (dotted name → source) lets an override without a
+    docstring inherit its base method's from another module of the repository.
     """
     findings, _ = _check_module(
-        path, old_source, new_source, changed_lines, style, require_returns, require_raises
+        path, old_source, new_source, changed_lines, style, require_returns, require_raises, read_module
     )
     return findings
 
@@ -183,13 +190,23 @@ def _check_module(
     style: str,
     require_returns: bool,
     require_raises: bool,
+    read_module: ModuleReader | None = None,
 ) -> tuple[list[Finding], int]:
     try:
         api, objects = _touched(path, old_source, new_source, lines)
     except SyntaxError as exc:
         line = max(exc.lineno or 1, 1)
         return [_finding(path, line, "Syntax error", f"`{path}` does not parse: {exc.msg}")], 0
-    checker = _Checker(path, api, style, require_returns, require_raises)
+    module, package = module_name(path), PurePosixPath(path).name == "__init__.py"
+
+    def inherited(obj: ApiObject) -> str | None:
+        if obj.parent is None:
+            return None
+        class_path = obj.parent.removeprefix(module + ".")
+        reader = read_module or (lambda _name: None)
+        return inherited_docstring(new_source, module, class_path, obj.name, reader, package=package)
+
+    checker = _Checker(path, api, style, require_returns, require_raises, inherited)
     checked = [obj for obj in objects if checker.in_scope(obj)]
     return [f for obj in checked for f in checker.check(obj)], len(checked)
 
@@ -202,8 +219,15 @@ class _Checker:
     """The rules for one file's objects."""
 
     def __init__(
-        self, path: str, api: dict[str, ApiObject], style: str, require_returns: bool, require_raises: bool
+        self,
+        path: str,
+        api: dict[str, ApiObject],
+        style: str,
+        require_returns: bool,
+        require_raises: bool,
+        inherited: Callable[[ApiObject], str | None],
     ):
+        self.inherited = inherited
         self.path = path
         self.api = api
         self.style = style
@@ -220,10 +244,13 @@ class _Checker:
         if obj.kind == ObjectKind.CLASS:
             return self._check_class(obj)
         if obj.docstring is None:
-            return [self._missing(obj)]
+            # An override documented by the method it overrides, as inspect.getdoc reads it.
+            return [] if obj.parent and self.inherited(obj) else [self._missing(obj)]
         if obj.kind == ObjectKind.PROPERTY:
             return []  # a property's docstring describes the attribute; no sections are due
         doc = _parse(obj.docstring, self.style)
+        if _unreadable(doc, obj.docstring):
+            return []  # sections in a markup no style reads: never reported as missing
         findings = self._check_params(obj, obj, _documented(doc))
         findings += self._check_returns(obj, doc)
         findings += self._check_raises(obj, doc)
@@ -241,7 +268,10 @@ class _Checker:
         # numpy documents constructor parameters in the class docstring, google in either.
         documented: dict[str, str] = {}
         for text in docs:
-            documented.update(_documented(_parse(text, self.style)))
+            parsed = _parse(text, self.style)
+            if _unreadable(parsed, text):
+                return findings
+            documented.update(_documented(parsed))
         return findings + self._check_params(cls, init, documented)
 
     def _check_params(self, owner: ApiObject, fn: ApiObject, documented: dict[str, str]) -> list[Finding]:
@@ -314,6 +344,11 @@ class _Checker:
         return [_finding(self.path, fn.line, "Missing Raises", message)]
 
 
+def _unreadable(doc: Docstring, text: str) -> bool:
+    """Sections are there (``**Parameters:**``, Markdown headings) but no style parsed any."""
+    return not doc.meta and has_sections(text)
+
+
 def _documented(doc: Docstring) -> dict[str, str]:
     """Documented parameter name → the section it is in; ``x, y : int`` (numpy) names two."""
     names: dict[str, str] = {}
@@ -348,14 +383,16 @@ def check_docstrings(repo: Path, base: str, head: str, settings: DocstringSettin
         new_texts = gitdiff.read_files(repo, head, [f.path for f in files])
         old_texts = gitdiff.read_files(repo, start, [f.old_path or f.path for f in files])
         style: str = settings.style
+        label = f"{style} style"
         if style == "auto":
-            style = _detect_style(repo, head, settings.exclude, new_texts)
+            style, label = _detect_style(repo, head, settings.exclude, new_texts)
     except GitError as exc:
         log.warning("docstrings.git_failed", error=str(exc))
         return DocstringResult(status=CheckStatus.ERROR, message=str(exc))
     findings: list[Finding] = []
     checked = 0
     unread: list[str] = []
+    read_module = _module_reader(repo, head)
     for f in files:
         new = new_texts[f.path]
         if new is None:  # a symbolic link, a submodule or a huge file: refused, never followed
@@ -370,11 +407,12 @@ def check_docstrings(repo: Path, base: str, head: str, settings: DocstringSettin
             style,
             settings.require_returns,
             settings.require_raises,
+            read_module,
         )
         findings += found
         checked += count
     status = CheckStatus.FAILED if findings else CheckStatus.PASSED
-    message = _summary(checked, len(findings), style)
+    message = _summary(checked, len(findings), label)
     if unread:
         message += f"; not read (not a regular file, or too large): {', '.join(f'`{p}`' for p in unread)}"
     log.info("docstrings.checked", files=len(files), checked=checked, findings=len(findings), style=style)
@@ -387,7 +425,13 @@ def _in_scope(f: ChangedFile, exclude: list[str]) -> bool:
     return not any(fnmatch.fnmatch(f.path, glob) for glob in exclude)
 
 
-def _detect_style(repo: Path, head: str, exclude: list[str], changed: dict[str, str | None]) -> str:
+def _detect_style(
+    repo: Path, head: str, exclude: list[str], changed: dict[str, str | None]
+) -> tuple[str, str]:
+    """The style, and how it was decided: the convention the project declares, else a vote."""
+    declared = declared_convention(gitdiff.read_files(repo, head, list(CONVENTION_FILES)))
+    if declared is not None:
+        return declared[0], f"{declared[0]} style, {declared[1]}"
     votes = vote_styles(t for t in changed.values() if t)
     if sum(votes.values()) < MIN_STYLE_VOTES:
         others = [
@@ -396,12 +440,28 @@ def _detect_style(repo: Path, head: str, exclude: list[str], changed: dict[str, 
             if p.endswith(".py") and p not in changed and not any(fnmatch.fnmatch(p, g) for g in exclude)
         ][:MAX_STYLE_FILES]
         votes += vote_styles(t for t in gitdiff.read_files(repo, head, others).values() if t)
-    return choose_style(votes)
+    style = choose_style(votes)
+    return style, f"{style} style"
+
+
+def _module_reader(repo: Path, head: str) -> ModuleReader:
+    """A module's source in the commit by its dotted name (flat or src layout), read once."""
+    cache: dict[str, str | None] = {}
+
+    def read(name: str) -> str | None:
+        if name not in cache:
+            stem = name.replace(".", "/")
+            paths = [f"{root}{stem}{end}" for root in ("", "src/") for end in (".py", "/__init__.py")]
+            texts = gitdiff.read_files(repo, head, paths)
+            cache[name] = next((t for t in texts.values() if t is not None), None)
+        return cache[name]
+
+    return read
 
 
 def _summary(checked: int, problems: int, style: str) -> str:
     objects = "object" if checked == 1 else "objects"
     if not problems:
-        return f"{checked} changed public {objects} checked ({style} style): all documented"
+        return f"{checked} changed public {objects} checked ({style}): all documented"
     noun = "problem" if problems == 1 else "problems"
-    return f"{checked} changed public {objects} checked ({style} style): {problems} {noun}"
+    return f"{checked} changed public {objects} checked ({style}): {problems} {noun}"

@@ -54,6 +54,7 @@ class JUnitCase(BaseModel):
     duration_s: float = 0.0
     message: str = ""
     collection_error: bool = False
+    line: int | None = None  # the test's definition line (1-based), as pytest's report names it
 
 
 def parse_junit(xml_text: str, max_cases: int = MAX_CASES) -> list[JUnitCase]:
@@ -129,13 +130,20 @@ def _parse_case(element: ET.Element) -> JUnitCase:
     else:
         return JUnitCase(nodeid=nodeid, outcome=TestOutcome.PASSED, duration_s=duration)
     attr = detail.get("message", "")
+    own_file = nodeid.split("::", 1)[0]
     return JUnitCase(
         nodeid=nodeid,
         outcome=outcome,
         duration_s=duration,
-        message=summarize_failure(attr, detail.text or ""),
+        message=summarize_failure(attr, detail.text or "", own_file=own_file),
         collection_error=outcome == TestOutcome.ERROR and attr in _COLLECTION_MESSAGES,
+        line=_definition_line(element.get("line")),
     )
+
+
+def _definition_line(text: str | None) -> int | None:
+    """pytest writes the test's line 0-based; None when it wrote none."""
+    return int(text) + 1 if text and text.isdigit() else None
 
 
 def _property(element: ET.Element, name: str) -> str | None:
@@ -171,10 +179,14 @@ def nodeid_from_attrs(classname: str, name: str, file: str | None) -> str:
     return "::".join([file, classname.rsplit(".", 1)[-1], name])
 
 
-def summarize_failure(message: str, text: str, max_lines: int = MAX_MESSAGE_LINES) -> str:
+def summarize_failure(
+    message: str, text: str, max_lines: int = MAX_MESSAGE_LINES, *, own_file: str | None = None
+) -> str:
     """The first lines a reader needs: the error message, pytest's ``E`` lines and the location.
 
     Falls back to the tail of the traceback when it has no ``E`` lines (``--tb=native``, crashes).
+    With ``own_file`` (the test's file), the test's own last frame is kept too when the error was
+    raised elsewhere (in the library): that is the line a failure is annotated at.
     """
     lines = [line for line in message.strip().splitlines() if line.strip()]
     body = text.rstrip().splitlines()
@@ -184,6 +196,9 @@ def summarize_failure(message: str, text: str, max_lines: int = MAX_MESSAGE_LINE
         picked = body[-max_lines:]
     elif location:
         picked.append(location)
+    own = _own_frame(body, own_file) if own_file else None
+    if own is not None and own not in picked:
+        picked.insert(len(picked) - 1 if location in picked else len(picked), own)
     seen = {_bare(line) for line in lines}
     for line in picked:
         # pytest repeats the message as ``E`` lines; say it once.
@@ -193,6 +208,17 @@ def summarize_failure(message: str, text: str, max_lines: int = MAX_MESSAGE_LINE
     if len(lines) > max_lines:
         lines = [*lines[: max_lines - 1], f"… {len(lines) - max_lines + 1} more lines"]
     return "\n".join(lines)
+
+
+def _own_frame(body: list[str], own_file: str) -> str | None:
+    """The last frame of the traceback in the test's own file, as ``path:LINE``."""
+    pytest_form = re.compile(rf"^(?:\S*/)?{re.escape(own_file)}:(\d+):")
+    native_form = re.compile(rf'File "(?:[^"]*/)?{re.escape(own_file)}", line (\d+)')
+    for line in reversed(body):
+        m = pytest_form.match(line.strip()) or native_form.search(line)
+        if m:
+            return f"{own_file}:{m[1]}"
+    return None
 
 
 def _bare(line: str) -> str:

@@ -58,6 +58,7 @@ from runner.gitdiff import (
     read_files,
     tree_entries,
 )
+from runner.hints import is_network_error
 
 log = structlog.get_logger(__name__)
 
@@ -408,7 +409,7 @@ def step_problem(result: StepResult, doing: str, where: str, network: bool | Non
     message = f"pre-commit failed {doing} ({result.describe_failure()})"
     if tail:
         message += f":\n{tail}"
-    if network is False:
+    if network is False and is_network_error(result.output):
         message += (
             "\nHook environments are installed without network here, because the base branch's config "
             "sets environments[].network.precommit_install to false."

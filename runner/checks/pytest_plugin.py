@@ -10,9 +10,10 @@ runs in the project's own environment.
   parametrized case. The rest are *deselected*, through pytest's own hook, so every count — pytest's
   summary line and paritybot's — is in test items, the unit pytest runs and reports.
 - A selected id that names nothing in the suite is listed, never run: the test was renamed or
-  removed. A module outside the selection that cannot even be collected (an optional dependency
-  missing) is no error of this run: it is left out and listed, so it is neither a failure nor
-  silence.
+  removed. One in a module that failed to collect is not: that module's collection error says
+  why. A module outside the selection that cannot even be collected (an optional dependency
+  missing) is no error of this run: it is left out and listed once (pytest may collect it twice,
+  as tests and as doctests), so it is neither a failure nor silence.
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
 - With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
@@ -50,6 +51,7 @@ class _State:
         self.matched: set[str] = set()
         self.deselected = 0
         self.not_collected: list[dict[str, str]] = []
+        self.failed_places: set[str] = set()  # collectors that failed: what they hold is not "not found"
         self.root = ""  # where pytest was started: the selected ids are relative to it
 
 
@@ -104,11 +106,17 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_make_collect_report(collector):
     outcome = yield
     report = outcome.get_result()
-    if _STATE.selection is None or not report.failed or _in_selected_place(_relative(collector.path)):
+    if _STATE.selection is None or not report.failed:
         return
+    place = _relative(collector.path)
+    _STATE.failed_places.add(place)
+    if _in_selected_place(place):
+        return
+    outcome.force_result(pytest.CollectReport(report.nodeid, "passed", None, []))
+    if any(seen["path"] == report.nodeid for seen in _STATE.not_collected):
+        return  # the same file again, as a doctest module (--doctest-modules)
     lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
     _STATE.not_collected.append({"path": report.nodeid, "message": (lines[-1] if lines else "")[:300]})
-    outcome.force_result(pytest.CollectReport(report.nodeid, "passed", None, []))
 
 
 def _names(nodeid: str):
@@ -151,7 +159,13 @@ def pytest_collection_finish(session):
     path = session.config.getoption("paritybot_counts")
     if not path:
         return
-    not_found = sorted((_STATE.selection or set()) - _STATE.matched)
+    # A selected id in a module that did not collect is that module's collection error, reported
+    # as such, not a test the commit lacks.
+    not_found = sorted(
+        n
+        for n in (_STATE.selection or set()) - _STATE.matched
+        if not any(n == p or n.startswith(p + "::") or n.startswith(p + "/") for p in _STATE.failed_places)
+    )
     counts = {
         "selected": len(session.items),
         "deselected": _STATE.deselected,

@@ -24,7 +24,12 @@ class ReproContext(BaseModel):
     repo: str | None = Field(None, description="owner/name; gives the clone URL when none is set")
     clone_url: str | None = None
     pr_number: int | None = Field(None, ge=1)
-    image_ref: str | None = Field(None, description="repo@sha256:… or an image id; None = host run")
+    image_ref: str | None = Field(
+        None, description="repo@sha256:…, else the configured name:tag, else an image id; None = host run"
+    )
+    image_id: str | None = Field(
+        None, description="the image's id, said beside a name:tag that has no registry digest"
+    )
     gpus: str | None = Field(None, description="the docker --gpus value; None = no GPUs")
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -100,4 +105,9 @@ def docker_command(ctx: ReproContext, nodeid: str) -> str:
 def repro_commands(ctx: ReproContext, nodeid: str) -> list[str]:
     """The commands, in order, that reproduce ``nodeid`` from nothing but a shell."""
     run = docker_command(ctx, nodeid) if ctx.image_ref is not None else host_command(ctx, nodeid)
+    untagged = ctx.image_ref is not None and "@" not in ctx.image_ref
+    if untagged and ctx.image_id and ctx.image_id != ctx.image_ref:
+        # A tag can move: say which image the run had, so a reader can tell if theirs differs. A
+        # comment at the end of the last command, so the commands still join with `&&`.
+        run += f"  # {ctx.image_ref} has no registry digest; the run used image {ctx.image_id}"
     return [clone_command(ctx), run]

@@ -29,10 +29,11 @@ from pydantic import BaseModel, Field, ValidationError
 from bot.core.config import TestSettings
 from bot.core.models import CollectionError, TestCaseResult, TestOutcome
 from runner import gitdiff
-from runner.backends.base import SCRATCH_DIR, Runner, RunnerError, Step
+from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Runner, RunnerError, Step
 from runner.checks.junit import JUnitCase, JUnitError, parse_junit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext, repro_commands
+from runner.hints import collection_fix, missing_modules
 
 log = structlog.get_logger(__name__)
 
@@ -106,6 +107,7 @@ class TestRun:
     deselected: int | None = None  # test items of the suite left out: unaffected, or by -m/-k
     not_found: list[str] = field(default_factory=list)  # selected ids the suite does not have
     not_collected: list[CollectionError] = field(default_factory=list)  # unselected, not importable
+    collection_fix: str = ""  # the likely fix when modules did not collect
 
 
 def tests_step(
@@ -135,6 +137,7 @@ def tests_step(
         "--continue-on-collection-errors",
         "--color=no",
         f"--ignore={SCRATCH_DIR}",  # where the project's settings would collect paritybot's own files
+        f"--basetemp={PYTEST_BASETEMP}",
         f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
@@ -212,12 +215,17 @@ async def run_tests(
             break
         _merge_rerun(results, rerun.cases, set(retry), attempt)
     counts = first.counts
+    not_collected = counts.not_collected if counts else []
+    errors = [r.message for r in results if r.collection_error] + [e.message for e in not_collected]
     return TestRun(
         refused + _finish(results, repro),
         selected=counts.selected if counts else None,
         deselected=counts.deselected if counts else None,
         not_found=_dedupe(not_found + (counts.not_found if counts else [])),
-        not_collected=counts.not_collected if counts else [],
+        not_collected=not_collected,
+        collection_fix=collection_fix(errors, _own_roots(workspace, repro.head_sha, errors))
+        if errors
+        else "",
     )
 
 
@@ -334,8 +342,31 @@ def _existing(workspace: Path, rev: str, nodeids: list[str]) -> tuple[list[str],
 
 def _to_result(case: JUnitCase) -> TestCaseResult:
     return TestCaseResult(
-        nodeid=case.nodeid, outcome=case.outcome, duration_s=case.duration_s, message=case.message
+        nodeid=case.nodeid,
+        outcome=case.outcome,
+        duration_s=case.duration_s,
+        message=case.message,
+        collection_error=case.collection_error,
+        line=case.line,
     )
+
+
+def _own_roots(workspace: Path, rev: str, errors: list[str]) -> dict[str, str]:
+    """Which of the modules the errors miss are the project's own (a package or module at the top of
+    the commit or under ``src/``), with the directory each is in."""
+    names = missing_modules(errors)
+    places = {
+        f"{root}/{name}{end}": (name, root)
+        for name in names
+        for root in ("src", ".")
+        for end in ("/__init__.py", ".py")
+    }
+    found = gitdiff.tree_entries(workspace, rev, [p.removeprefix("./") for p in places])
+    own: dict[str, str] = {}
+    for path, (name, root) in places.items():
+        if path.removeprefix("./") in found:
+            own.setdefault(name, root)
+    return own
 
 
 def _is_collection_error(result: TestCaseResult, cases: list[JUnitCase]) -> bool:

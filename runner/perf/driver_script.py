@@ -524,6 +524,9 @@ class Driver:
         side, index = slot
         tag = f"{side}-{index}"
         argv = self._worker_argv(kind, side)
+        if kind["kind"] == "pytest":
+            # pytest's tmp_path directories go with the run's files, not the machine's temp dir.
+            argv.append("--basetemp=" + os.path.join(self.scratch, "pytest-" + tag))
         return Worker(side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch)
 
     def _await(self, worker, name, expected, timeout):

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.core.config import TestSettings
 from bot.core.models import CoverageMapHealth
-from runner.backends.base import SCRATCH_DIR, Step, StepResult
+from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Step, StepResult
 from runner.checks.pytest_plugins import plugin_hint
 
 log = structlog.get_logger(__name__)
@@ -220,6 +220,8 @@ class MapPlugin:
             lines = str(report.longrepr).strip().splitlines()
             message = next((ln for ln in reversed(lines) if ln.strip() and not ln.startswith("_")), "")
             message = message[1:] if message.startswith("E ") else message  # pytest's error marker
+            if any(e["path"] == (report.nodeid or "") for e in self.errors):
+                return  # the same module again, collected as doctests too (--doctest-modules)
             self.errors.append({"path": report.nodeid or "", "message": message.strip()[:300]})
 
     def pytest_collection_finish(self, session):
@@ -306,7 +308,7 @@ def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
         # (a project's norecursedirs may not skip dot-directories, --doctest-modules imports all).
         f"--ignore={SCRATCH_DIR}",
     ]  # fmt: skip
-    argv += [*settings.pytest_args]
+    argv += [*settings.pytest_args, f"--basetemp={PYTEST_BASETEMP}"]  # ours win
     return Step(
         name="coverage-map",
         argv=argv,

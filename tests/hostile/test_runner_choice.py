@@ -232,7 +232,7 @@ async def test_with_the_engine_stopped_a_run_fails_with_the_reason_and_runs_noth
         assert report.state == RunState.FAILED and report.refused and report.runner == ""
         assert report.error is not None
         assert report.error.startswith(f"no container engine reachable at {dead} (")
-        assert report.error.endswith("nothing was run on the host instead")
+        assert "nothing was run on the host instead: start the container engine" in report.error
         for name, check in final_check_runs(bot, head).items():
             assert f"no container engine reachable at {dead}" in check["output"]["summary"], name
         assert f"no container engine reachable at {dead}" in summary(bot)

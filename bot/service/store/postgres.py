@@ -37,8 +37,9 @@ REPLACED = "replaced by a newer request for the same environment before it start
 # Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
 # job's state changed, and the service tells GitHub (bot.service.fleet.service).
 JOBS_CHANNEL = "paritybot_jobs"
-# A final job has something to tell on GitHub only when it belongs to a pull request.
-DUE = "(pr_number IS NOT NULL)"
+# Every final job has something to tell on GitHub: a pull request's runs their check runs and
+# summary, a default-branch run whether its coverage map was recorded (a check run on its commit).
+DUE = "true"
 
 
 # procrastinate's job priority: a run taken back from an agent that died, was fenced or stopped goes

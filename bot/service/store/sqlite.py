@@ -23,8 +23,9 @@ from bot.service.store.sqlite_schema import migrate
 from runner.backends.base import StepProcess
 
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
-# A final job has something to tell on GitHub only when it belongs to a pull request.
-_DUE = "CASE WHEN pr_number IS NULL THEN 0 ELSE 1 END"
+# Every final job has something to tell on GitHub: a pull request's runs their check runs and
+# summary, a default-branch run whether its coverage map was recorded (a check run on its commit).
+_DUE = "1"
 
 
 def interrupted_error(attempts: int, cause: str) -> str:
