@@ -1,8 +1,10 @@
 """paritybot's A/B benchmark driver, run inside the run's image beside two checkouts.
 
 Standard library only, valid on Python 3.8. Injected by paritybot as ``paritybot_perf_driver.py``
-next to ``paritybot_perf_pytest.py`` (the pytest plugin, which imports the worker half of this
-file)::
+next to its helpers (``paritybot_perf_worker``: the half that runs inside each benchmark process;
+``paritybot_perf_asv``: asv suites; ``paritybot_perf_process``: one process as the driver sees it;
+``paritybot_perf_command``: what a command prints) and ``paritybot_perf_pytest.py`` (the pytest
+plugin)::
 
     python3 -I paritybot_perf_driver.py SPEC OUT     compare base and head as SPEC says, write OUT
     python3 paritybot_perf_driver.py asv-worker DIR  (internal) one side's asv benchmarks
@@ -30,364 +32,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
-
-with contextlib.suppress(ImportError):  # not on every system; then no round is known to be preempted
-    import resource
 import subprocess
 import sys
 import time
 
+# Run with ``python3 -I``, which leaves the script's directory off the path: its helpers lie there,
+# and nothing else of the run does.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from paritybot_perf_asv import asv_benchmark_dir, asv_worker
+from paritybot_perf_command import parse_command_output
+from paritybot_perf_process import Worker
+from paritybot_perf_worker import PATHS_VARIABLE, selected
+from paritybot_perf_worker import clip as _clip
+
 VERSION = 1
 SIDES = ("base", "head")
-# Caps on what one benchmark process may send: the driver stays small whatever a PR prints.
-MAX_LINE = 1 << 16
 MAX_NAME = 300
-MAX_MESSAGE = 2000
 MAX_BENCHMARKS = 500
 COMMAND_OUTPUT_MAX = 4 << 20
-FDS_VARIABLE = "PARITYBOT_PERF_FDS"
-PATHS_VARIABLE = "PARITYBOT_PERF_PATHS"
 SCRIPT = os.path.abspath(__file__)
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
-CALIBRATE_S = 0.002
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
-
-
-# --- the worker half: runs inside each side's process ------------------------------------------
-
-
-class Channel:
-    """The worker's end of the two pipes the driver opened; JSON lines both ways."""
-
-    def __init__(self):
-        read_fd, write_fd = (int(fd) for fd in os.environ[FDS_VARIABLE].split(","))
-        self._read = os.fdopen(read_fd, "r", encoding="utf-8")
-        self._write = write_fd
-
-    def send(self, **message):
-        data = (json.dumps(message) + "\n").encode("utf-8")
-        while data:
-            data = data[os.write(self._write, data) :]
-
-    def receive(self):
-        line = self._read.readline()
-        return json.loads(line) if line else {"cmd": "stop"}
-
-
-def _cuda_sync():
-    # Asynchronous GPU work must be finished inside the timed interval; only a process that has
-    # already initialised CUDA can have any in flight, so nothing is imported or initialised here.
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-        except Exception:
-            pass
-
-
-def _preemptions():
-    """How often the scheduler has taken the CPU from this thread so far (Linux; 0 elsewhere)."""
-    try:
-        return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
-    except (AttributeError, NameError, OSError):
-        return 0
-
-
-def timer(call, setup=None):
-    """``timed(n)``: (seconds for ``n`` calls of ``call``, GPU work included; whether the scheduler
-    took the CPU away meanwhile). ``setup`` runs untimed."""
-
-    def timed(n):
-        args = setup() if setup is not None else None
-        _cuda_sync()
-        before = _preemptions()
-        start = time.perf_counter()
-        if args is None:
-            for _ in range(n):
-                call()
-        else:
-            for _ in range(n):
-                call(*args[0], **args[1])
-        _cuda_sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, _preemptions() != before
-
-    return timed
-
-
-def serve(channel, name, timed, fixed_n=None):
-    """Say ready, then calibrate or time one round per command, until told to stop.
-
-    The driver sends the commands to one process at a time, so no two processes ever time at once,
-    calibration included.
-    """
-    channel.send(ev="ready", name=name)
-    while True:
-        command = channel.receive()
-        if command.get("name", name) != name:
-            continue  # a stop meant for an earlier benchmark that ended in an error
-        what = command.get("cmd")
-        if what == "calibrate":
-            n, (elapsed, _) = 1, timed(1)
-            while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
-                n *= 10
-                elapsed, _ = timed(n)
-            # The fastest of three: a neighbour can only make a try slower.
-            elapsed = min([elapsed] + [timed(n)[0] for _ in range(2)])
-            channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
-        elif what == "run":
-            calls = fixed_n or int(command["n"])
-            rounds = [timed(calls) for _ in range(max(1, int(command.get("rounds", 1))))]
-            times = [elapsed for elapsed, _ in rounds]
-            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[p for _, p in rounds])
-        else:
-            return
-
-
-def foreign_imports():
-    """This side's own modules that were imported from elsewhere (an installed copy), with where.
-
-    A package that exists in the checkout but comes from site-packages would make both sides run
-    the same code, and a "no difference" that means nothing.
-    """
-    roots = [os.path.realpath(p) for p in os.environ.get(PATHS_VARIABLE, "").split(os.pathsep) if p]
-    inside = tuple(root + os.sep for root in roots)
-    found = set()
-    # A src layout whose src/ is not on the side's paths is the usual way to import an installed copy.
-    for root in roots + [os.path.join(r, "src") for r in roots]:
-        try:
-            entries = os.listdir(root)
-        except OSError:
-            continue
-        for entry in entries:
-            name = entry[:-3] if entry.endswith(".py") else entry
-            if not (entry.endswith(".py") or os.path.isfile(os.path.join(root, entry, "__init__.py"))):
-                continue
-            where = getattr(sys.modules.get(name), "__file__", None)
-            if where and not os.path.realpath(where).startswith(inside):
-                found.add(f"{name} from {where}")
-    return sorted(found)[:20]
-
-
-def describe(exc):
-    text = f"{type(exc).__name__}: {exc}"
-    return text[:MAX_MESSAGE]
-
-
-# --- asv: discovery and one side's worker, with asv's own naming and semantics ------------------
-
-
-def _strip_comments(text):
-    # asv.conf.json allows // comments on their own lines.
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
-
-
-def asv_benchmark_dir(config_path):
-    with open(config_path, encoding="utf-8") as fh:
-        config = json.loads(_strip_comments(fh.read()))
-    return os.path.join(os.path.dirname(config_path) or ".", config.get("benchmark_dir", "benchmarks"))
-
-
-def _asv_modules(bench_dir):
-    import importlib
-    import pkgutil
-
-    parent, package = os.path.split(os.path.abspath(bench_dir))
-    sys.path.insert(0, parent)
-    pending = [package]
-    while pending:
-        module = importlib.import_module(pending.pop(0))
-        yield module
-        if getattr(module, "__path__", None):
-            pending[:0] = [
-                name for _, name, _ in pkgutil.iter_modules(module.__path__, module.__name__ + ".")
-            ]
-
-
-def _asv_params(owner):
-    params = getattr(owner, "params", None)
-    if params is None:
-        return [()]
-    if not params or not isinstance(params[0], (list, tuple)):
-        params = [params]  # asv: a single list is one parameter
-    combos: list = [()]
-    for values in params:
-        combos = [(*c, v) for c in combos for v in values]
-    return combos
-
-
-def asv_benchmarks(bench_dir):
-    """name → (owner, attribute name, params): asv's ``time_*`` benchmarks, named as asv names them."""
-    import inspect
-
-    found = {}
-    for module in _asv_modules(bench_dir):
-        prefix = module.__name__.split(".", 1)[1:]
-        for attr, value in list(vars(module).items()):
-            if attr.startswith("_"):
-                continue
-            if inspect.isclass(value) and not inspect.isabstract(value):
-                members = [(m, f) for m, f in inspect.getmembers(value) if inspect.isfunction(f)]
-                base = [*prefix, value.__name__]
-                owner = value
-            elif inspect.isfunction(value):
-                members, base, owner = [(attr, value)], prefix, module
-            else:
-                continue
-            for member, func in members:
-                if not member.startswith("time_") or getattr(func, "skip_benchmark", False):
-                    continue
-                name = ".".join([*base, member] if owner is value else [*base, attr])
-                source = func if owner is module else owner
-                for combo in _asv_params(source):
-                    label = name + ("({})".format(", ".join(repr(v) for v in combo)) if combo else "")
-                    found[label] = (owner, member, combo)
-    return found
-
-
-def _asv_timed(owner, member, combo, caches):
-    import inspect
-
-    args = list(combo)
-    if inspect.isclass(owner):
-        instance = owner()
-        setup_cache = getattr(instance, "setup_cache", None)
-        if setup_cache is not None:
-            if owner not in caches:
-                caches[owner] = setup_cache()
-            args.insert(0, caches[owner])
-        target, holder = getattr(instance, member), instance
-    else:
-        target, holder = getattr(owner, member), owner
-    setup = getattr(holder, "setup", None) if holder is not owner or inspect.isclass(owner) else None
-    if not inspect.isclass(owner):
-        setup = getattr(target, "setup", None) or getattr(owner, "setup", None)
-    teardown = getattr(target, "teardown", None) or getattr(holder, "teardown", None)
-    if setup is not None:
-        setup(*args)
-    number = getattr(target, "number", None) or getattr(holder, "number", 0) or None
-    return timer(lambda: target(*args)), (lambda: teardown(*args)) if teardown else None, number
-
-
-def asv_worker(bench_dir):
-    channel = Channel()
-    caches: dict = {}
-    try:
-        found = asv_benchmarks(bench_dir)
-    except Exception as exc:
-        channel.send(ev="fatal", message="the asv suite did not import: " + describe(exc))
-        return 1
-    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports())
-    for name in channel.receive().get("names", []):
-        if name not in found:
-            channel.send(ev="error", name=name, message="no such benchmark on this side")
-        else:
-            try:
-                owner, member, combo = found[name]
-                timed, teardown, number = _asv_timed(owner, member, combo, caches)
-                try:
-                    serve(channel, name, timed, number)
-                finally:
-                    if teardown is not None:
-                        teardown()
-            except NotImplementedError:
-                channel.send(ev="error", name=name, message="skipped: setup raised NotImplementedError")
-            except Exception as exc:
-                channel.send(ev="error", name=name, message=describe(exc))
-        channel.send(ev="done", name=name)
-    return 0
-
-
-# --- the driver half ------------------------------------------------------------------------
-
-
-class Worker:
-    """One side's benchmark process and the pipes to it."""
-
-    def __init__(self, side, tag, argv, spec_side, env, scratch):
-        self.side = side
-        self.log_path = os.path.join(scratch, tag + ".log")
-        to_worker, self._cmd = os.pipe()
-        self._events, from_worker = os.pipe()
-        env = dict(env, **{FDS_VARIABLE: f"{to_worker},{from_worker}"})
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=spec_side["root"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(to_worker, from_worker),
-            )
-        os.close(to_worker)
-        os.close(from_worker)
-        self._buffer = b""
-        self.lost = False
-        self.pinned = False
-
-    def send(self, **message):
-        # A process that is gone says so with its next event.
-        with contextlib.suppress(OSError):
-            os.write(self._cmd, (json.dumps(message) + "\n").encode("utf-8"))
-
-    def receive(self, timeout):
-        """The next event, ``{"ev": "timeout"}`` or ``{"ev": "exit"}``; what is not JSON is skipped."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                try:
-                    event = json.loads(line.decode("utf-8"))
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    return event
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return {"ev": "timeout"}
-            ready, _, _ = select.select([self._events], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self._events, 65536)
-            if not chunk:
-                self.proc.wait()
-                return {"ev": "exit", "code": self.proc.returncode}
-            self._buffer += chunk
-            if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
-                self._buffer = b""  # an endless line is nobody's message
-
-    def stop(self, timeout=10.0):
-        self.send(cmd="stop")
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self):
-        # The benchmark processes stay in the driver's process group, so a runner that stops the
-        # step (timeout, cancel) stops them too; here only the one process is stopped.
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        self.proc.wait()
-
-    def close(self):
-        for fd in (self._cmd, self._events):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def log_tail(self, chars=1500):
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - chars))
-                return fh.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
 
 
 def _side_env(spec, side, lib_dir):
@@ -406,21 +73,8 @@ def _side_env(spec, side, lib_dir):
     return env
 
 
-def selected(name, names):
-    """Whether a selection (None: everything) takes this benchmark: by its name, or by a file or a
-    test that contains it (``tests/test_x.py`` takes ``tests/test_x.py::test_y[1]``)."""
-    if names is None:
-        return True
-    return any(name == n or name.startswith(n + "::") or name.startswith(n + "[") for n in names)
-
-
 def other(side):
     return "head" if side == "base" else "base"
-
-
-def _clip(text, limit=MAX_MESSAGE):
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Driver:
@@ -713,47 +367,6 @@ class Driver:
                 self.run_command(kind)
             else:
                 self.run_kind(kind)
-
-
-UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_command_output(text, side):
-    """The last line of ``text`` that is a JSON object with ``benchmarks``; name → median seconds."""
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(document, dict) and isinstance(document.get("benchmarks"), list):
-            return _command_values(document["benchmarks"]), None
-    return {}, "the command printed no JSON line with benchmarks on " + side
-
-
-def _command_values(entries):
-    values = {}
-    for entry in entries[:MAX_BENCHMARKS]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            continue
-        name = entry["name"][:MAX_NAME]
-        if entry.get("error") is not None:
-            values[name] = "the benchmark reported an error: " + _clip(entry["error"], 500)
-            continue
-        scale = UNITS.get(entry.get("unit", "s"))
-        samples = entry.get("samples")
-        if scale is None or not isinstance(samples, list):
-            values[name] = "unit must be one of s, ms, us, ns and samples a list of numbers"
-            continue
-        numbers = sorted(float(s) * scale for s in samples if isinstance(s, (int, float)) and s > 0)
-        if not numbers:
-            values[name] = "no positive sample"
-            continue
-        mid = len(numbers) // 2
-        values[name] = numbers[mid] if len(numbers) % 2 else (numbers[mid - 1] + numbers[mid]) / 2
-    return values
 
 
 DEFAULTS = {

@@ -22,10 +22,17 @@ from bot.core.models import Selection
 from bot.core.perf import DriverReport
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
 from runner.git import export_commit
-from runner.perf.driver_script import selected
+from runner.perf.worker import selected
 
 DRIVER_MODULE = "paritybot_perf_driver"
 PLUGIN_MODULE = "paritybot_perf_pytest"
+# Injected beside the driver under these module names: the driver imports them from its directory.
+HELPER_MODULES = {
+    "paritybot_perf_worker": "worker.py",
+    "paritybot_perf_asv": "asv_suite.py",
+    "paritybot_perf_command": "command_output.py",
+    "paritybot_perf_process": "process.py",
+}
 PERF_DIR = f"{SCRATCH_DIR}/perf"
 SPEC_PATH = f"{PERF_DIR}/spec.json"
 RESULTS_PATH = f"{PERF_DIR}/results.json"
@@ -120,12 +127,10 @@ def why_selected(name: str, selection: Selection) -> list[str]:
 
 @cache
 def driver_files() -> dict[str, str]:
-    """The driver and its pytest plugin, as injected: module name → source."""
+    """The driver, its helpers and its pytest plugin, as injected: module name → source."""
     package = resources.files("runner.perf")
-    return {
-        DRIVER_MODULE: package.joinpath("driver_script.py").read_text(encoding="utf-8"),
-        PLUGIN_MODULE: package.joinpath("pytest_plugin.py").read_text(encoding="utf-8"),
-    }
+    files = {DRIVER_MODULE: "driver_script.py", PLUGIN_MODULE: "pytest_plugin.py", **HELPER_MODULES}
+    return {module: package.joinpath(file).read_text(encoding="utf-8") for module, file in files.items()}
 
 
 def perf_step(plan: PerfPlan, *, timeout_s: float = 3600.0, network: bool = False) -> Step:
