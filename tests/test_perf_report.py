@@ -35,8 +35,9 @@ def rounds(base: float, head: float, count: int = 12) -> list[Round]:
     return [
         Round(
             base=base * (1 + i % 3 / 1000),
-            head=head * (1 + (i + 1) % 3 / 1000),
+            head=head * (1 + (i + 1) % 3 / 1000 + i % 4 / 1000),
             first=Side.BASE if i % 2 else Side.HEAD,
+            process=i % 4,
         )
         for i in range(count)
     ]
@@ -72,12 +73,13 @@ def test_the_section_lists_regressions_first_with_ratio_interval_verdict_and_rou
         "❌ regression",
         "⚠️ error",
         "✅ improvement",
-        "within noise",
+        "no change (within ±5%)",
     ]
     regression = rows[0]
-    assert regression.endswith("| 1 ms | 1.3 ms | 1.300 (1.299–1.301) | ❌ regression | 12 |")
-    assert "| 2 µs | 2 µs | 1.000 (" in rows[3]
-    assert "whole 95% interval is above 1.05" in body
+    assert regression.endswith("| 1 ms | 1.3 ms | 1.302 (1.297–1.307) | ❌ regression | 12 (4) |")
+    assert "| 2 µs | 2 µs | 1.001 (0.998–1.005) | no change (within ±5%) | 12 (4) |" in rows[3]
+    assert "whole interval is above 1.05" in body
+    assert "hold together at 95% for the run's 4 benchmarks" in body
 
 
 def test_a_regression_gets_a_chart_of_its_rounds_with_numbers_only():
@@ -133,7 +135,7 @@ def test_an_empty_selection_says_why_and_compares_nothing():
         ([Verdict.REGRESSION], False, "neutral", "1 benchmark slower by more than 5% (not blocking)"),
         ([Verdict.IMPROVEMENT, Verdict.IMPROVEMENT], True, "success", "2 benchmarks faster by more than 5%"),
         (
-            [Verdict.WITHIN_NOISE, Verdict.TOO_FEW_ROUNDS],
+            [Verdict.NO_CHANGE, Verdict.TOO_FEW_ROUNDS],
             True,
             "neutral",
             "no change beyond 5%; 1 benchmark too few rounds",
@@ -180,7 +182,7 @@ performance:
         ["label", "every-pr"],
         0.03,
         True,
-        4,
+        8,
     )
     assert not parse_repo_config("tests: {paths: [tests]}\n").performance.enabled()
 

@@ -14,18 +14,46 @@ import sys
 from paritybot_perf_worker import Channel, describe, foreign_imports, serve, timer
 
 
-def _strip_comments(text):
-    # asv.conf.json allows // comments on their own lines.
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+def strip_comments(text):
+    """``text`` without its ``//`` comments, on lines of their own or after a value, as asv's own
+    loader reads asv.conf.json; a ``//`` inside a string (a URL) stays."""
+    out, i, in_string = [], 0, False
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            out.append(text[i : i + 2] if char == "\\" else char)
+            i += 2 if char == "\\" else 1
+            in_string = char != '"'
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+        else:
+            in_string = char == '"'
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+class ConfigError(Exception):
+    """The asv configuration could not be read; the message names the file and why."""
 
 
 def asv_benchmark_dir(config_path):
-    with open(config_path, encoding="utf-8") as fh:
-        config = json.loads(_strip_comments(fh.read()))
-    return os.path.join(os.path.dirname(config_path) or ".", config.get("benchmark_dir", "benchmarks"))
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            config = json.loads(strip_comments(fh.read(1 << 20)))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{os.path.basename(config_path)} could not be read: {describe(exc)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{os.path.basename(config_path)} is not JSON with // comments: {exc}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{os.path.basename(config_path)} is not a JSON object")
+    return os.path.join(os.path.dirname(config_path) or ".", str(config.get("benchmark_dir", "benchmarks")))
 
 
-def _asv_modules(bench_dir):
+def _asv_modules(bench_dir, broken):
+    """The suite's modules that import; the others go to ``broken`` (module → error), as asv skips
+    a module that does not import and runs the rest."""
     import importlib
     import pkgutil
 
@@ -33,7 +61,14 @@ def _asv_modules(bench_dir):
     sys.path.insert(0, parent)
     pending = [package]
     while pending:
-        module = importlib.import_module(pending.pop(0))
+        name = pending.pop(0)
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            if name == package:
+                raise
+            broken[name.split(".", 1)[-1]] = describe(exc)
+            continue
         yield module
         if getattr(module, "__path__", None):
             pending[:0] = [
@@ -53,12 +88,13 @@ def _asv_params(owner):
     return combos
 
 
-def asv_benchmarks(bench_dir):
-    """name → (owner, attribute name, params): asv's ``time_*`` benchmarks, named as asv names them."""
+def asv_benchmarks(bench_dir, broken=None):
+    """name → (owner, attribute name, params): asv's ``time_*`` benchmarks, named as asv names them;
+    modules that do not import go to ``broken``."""
     import inspect
 
     found = {}
-    for module in _asv_modules(bench_dir):
+    for module in _asv_modules(bench_dir, {} if broken is None else broken):
         prefix = module.__name__.split(".", 1)[1:]
         for attr, value in list(vars(module).items()):
             if attr.startswith("_"):
@@ -75,7 +111,8 @@ def asv_benchmarks(bench_dir):
                 if not member.startswith("time_") or getattr(func, "skip_benchmark", False):
                     continue
                 name = ".".join([*base, member] if owner is value else [*base, attr])
-                source = func if owner is module else owner
+                # asv: ``params`` on the method itself, else on its class (or the function's own).
+                source = func if owner is module or getattr(func, "params", None) is not None else owner
                 for combo in _asv_params(source):
                     label = name + ("({})".format(", ".join(repr(v) for v in combo)) if combo else "")
                     found[label] = (owner, member, combo)
@@ -109,12 +146,13 @@ def _asv_timed(owner, member, combo, caches):
 def asv_worker(bench_dir):
     channel = Channel()
     caches: dict = {}
+    broken: dict = {}
     try:
-        found = asv_benchmarks(bench_dir)
+        found = asv_benchmarks(bench_dir, broken)
     except Exception as exc:
         channel.send(ev="fatal", message="the asv suite did not import: " + describe(exc))
         return 1
-    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports())
+    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports(), broken=broken)
     for name in channel.receive().get("names", []):
         if name not in found:
             channel.send(ev="error", name=name, message="no such benchmark on this side")
@@ -128,7 +166,8 @@ def asv_worker(bench_dir):
                     if teardown is not None:
                         teardown()
             except NotImplementedError:
-                channel.send(ev="error", name=name, message="skipped: setup raised NotImplementedError")
+                # asv's way to skip a benchmark (or one combination of its parameters): not an error.
+                channel.send(ev="skipped", name=name)
             except Exception as exc:
                 channel.send(ev="error", name=name, message=describe(exc))
         channel.send(ev="done", name=name)

@@ -23,6 +23,9 @@ Warm-up rounds are discarded. Only the driver decides when anything is timed, so
 neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
 side; its own samples' median is the round's value.
 
+(About 550 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
+place; what need not be here is in the helpers.)
+
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
 first, or the error that stopped it; paritybot's statistics (runner/perf/stats.py) read it.
 """
@@ -40,9 +43,11 @@ import time
 # and nothing else of the run does.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from paritybot_perf_asv import asv_benchmark_dir, asv_worker
+from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
 from paritybot_perf_command import parse_command_output
+from paritybot_perf_guard import Guard, harness_changes
 from paritybot_perf_process import Worker
+from paritybot_perf_sequential import decisive, look_budgets, pair_summaries
 from paritybot_perf_worker import PATHS_VARIABLE, selected
 from paritybot_perf_worker import clip as _clip
 
@@ -52,6 +57,7 @@ MAX_NAME = 300
 MAX_BENCHMARKS = 500
 COMMAND_OUTPUT_MAX = 4 << 20
 SCRIPT = os.path.abspath(__file__)
+LIB_DIR = os.path.dirname(SCRIPT)  # the driver's modules, and nothing of the run's
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
@@ -79,6 +85,11 @@ def other(side):
 
 class Driver:
     def __init__(self, spec, scratch, cpus=None):
+        # Before any process of the run starts: see paritybot_perf_guard.
+        own = [
+            os.path.join(LIB_DIR, f) for f in sorted(os.listdir(LIB_DIR)) if f.startswith("paritybot_perf")
+        ]
+        self.guard = Guard(spec["sides"]["base"]["root"], spec["sides"]["head"]["root"], own)
         self.spec = spec
         self.scratch = scratch
         self.cpus = cpus
@@ -87,10 +98,22 @@ class Driver:
         self.errors = []
         self.discovered = {}
         self.warnings = []
+        self.skipped = []  # benchmarks their own setup skipped (asv: NotImplementedError)
+        self.family = 1  # the benchmarks of the run, whose comparisons are held together
+        self.saved = 0.0  # measuring time decisive benchmarks left to undecided ones
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
         return asv_benchmark_dir(os.path.join(root, kind.get("config", "asv.conf.json")))
+
+    def _asv_config_read(self, kind):
+        """Whether both sides' asv configuration reads; an error per side that does not."""
+        for side in SIDES:
+            try:
+                self._asv_dir(kind, side)
+            except ConfigError as exc:
+                self.errors.append({"kind": "asv", "side": side, "message": _clip(str(exc))})
+        return not any(e["kind"] == "asv" for e in self.errors)
 
     def _worker_argv(self, kind, side):
         python = self.spec["sides"][side].get("python", "python3")
@@ -102,6 +125,8 @@ class Driver:
 
     def run_kind(self, kind):
         """Start every process at once; each lists its side's benchmarks; the common ones are run."""
+        if kind["kind"] == "asv" and not self._asv_config_read(kind):
+            return
         slots = [(side, k) for k in range(self.spec["processes"]) for side in SIDES]
         workers = {slot: self._start(kind, slot) for slot in slots}
         try:
@@ -116,6 +141,7 @@ class Driver:
             # A selection names pytest tests; the other kinds run whole.
             names = self.spec.get("names") if kind["kind"] == "pytest" else None
             remaining = [n for n in found["head"] if n in base and selected(n, names)]
+            self.family = len(self.results) + len(remaining)
             for worker in workers.values():
                 worker.send(cmd="plan", names=remaining)
             while remaining:
@@ -125,9 +151,14 @@ class Driver:
                         workers[slot] = self._start(kind, slot)
                         self._await(workers[slot], None, ("collected",), self.spec["timeout_s"])
                         workers[slot].send(cmd="plan", names=remaining)
+                if not self.guard.check(time.monotonic()):
+                    return
                 name = remaining.pop(0)
                 result = self._measure(kind, name, workers)
-                self.results.append(result)
+                if result.pop("skipped", None):
+                    self.skipped.append(name)
+                else:
+                    self.results.append(result)
                 for slot in slots:
                     error = self._finish(workers[slot], name)
                     if error and not result["error"]:
@@ -210,7 +241,7 @@ class Driver:
         timeout = spec["timeout_s"]
         result = {"kind": kind["kind"], "name": name, "unit": "s", "rounds": [], "warmup": 0, "error": None}
         estimates, fixed = [], None
-        for step, expected in (("ready", ("ready",)), ("calibrate", ("calibrated",))):
+        for step, expected in (("ready", ("ready", "skipped")), ("calibrate", ("calibrated",))):
             for (side, _), worker in sorted(workers.items()):
                 if step == "calibrate":
                     self._pin(worker)
@@ -218,6 +249,9 @@ class Driver:
                 event = self._await(worker, name, expected, timeout)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
+                    return result
+                if event["ev"] == "skipped":
+                    result["skipped"] = side
                     return result
                 if step == "calibrate":
                     estimates.append(float(event.get("estimate") or 0.0))
@@ -231,14 +265,23 @@ class Driver:
         # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
         # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
         per_turn = max(1, int(TURN_S / (n * estimate)))
-        started, spent, turn = time.monotonic(), 0.0, 0
+        # Looks at a doubling schedule of measured time; the last at the budget, plus what earlier,
+        # decisive benchmarks left (up to as much again), so time goes where the answer is open.
+        extra = min(self.saved, spec["max_time_s"])
+        self.saved -= extra
+        looks = look_budgets(spec["max_time_s"])
+        looks[-1] += extra
+        started, spent, turn, looked = time.monotonic(), 0.0, 0, 0
         rounds = result["rounds"]
+        result["looks"] = len(looks)
         while len(rounds) < spec["max_rounds"]:
-            # Enough once the benchmark's time is spent in measured rounds, or, on a machine so busy
-            # that each round waits for the CPU, once twice that has passed.
-            late = time.monotonic() - started >= 2 * spec["max_time_s"]
-            if len(rounds) >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
-                break
+            # On a machine so busy that each round waits for the CPU: enough once twice the budget
+            # has passed.
+            late = time.monotonic() - started >= 2 * looks[-1]
+            if self._covered(rounds, pairs) and (late or spent >= looks[looked]):
+                looked += 1
+                if late or looked == len(looks) or self._decisive(rounds, len(looks)):
+                    break
             pair = turn % pairs
             first = SIDES[(turn // pairs) % 2]
             warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
@@ -266,7 +309,20 @@ class Driver:
                     result["preempted"] += 1
                 else:
                     rounds.append({"base": base, "head": head, "first": first, "process": pair})
+        self.saved += max(0.0, spec["max_time_s"] + extra - spent)
         return result
+
+    def _covered(self, rounds, pairs):
+        """Enough rounds to look: the minimum, and some from every process pair."""
+        return len(rounds) >= self.spec["min_rounds"] and len({r["process"] for r in rounds}) >= pairs
+
+    def _decisive(self, rounds, looks):
+        """Whether the interval is decisive at this look, each look held to 1/looks of the error
+        and the run's error shared by its benchmarks (the strictest share: the verdict's is no
+        stricter, so what is decisive here stays so)."""
+        alpha = self.spec["error"] / max(1, self.family) / looks
+        summaries = pair_summaries([(r["process"], r["base"], r["head"]) for r in rounds])
+        return decisive(summaries, alpha, self.spec["threshold"])
 
     def _pin(self, worker):
         """Pin every thread of a benchmark process once it is set up (it started on every CPU)."""
@@ -329,7 +385,8 @@ class Driver:
                     result["error"] = {"side": broken[0], "message": _clip(message)}
                     result["rounds"] = []
                     break
-                result["rounds"].append(dict(pair, first=first))
+                # Each run of the command is a process of its own: its pair of runs is one summary.
+                result["rounds"].append(dict(pair, first=first, process=len(result["rounds"])))
             self.results.append(result)
 
     def _command_round(self, kind, side):
@@ -361,21 +418,53 @@ class Driver:
 
     # The run ---------------------------------------------------------------------------------
 
+    def _warn_harness(self):
+        """Name the files the change edits that run during the measurement besides the measured code."""
+        dirs = [a for k in self.spec["kinds"] if k["kind"] == "pytest" for a in k.get("args", [])]
+        for kind in (k for k in self.spec["kinds"] if k["kind"] == "asv"):
+            with contextlib.suppress(ConfigError):
+                root = self.spec["sides"]["head"]["root"]
+                dirs.append(os.path.relpath(self._asv_dir(kind, "head"), root))
+        changed = harness_changes(
+            self.spec["sides"]["base"]["root"], self.spec["sides"]["head"]["root"], dirs
+        )
+        if changed:
+            names = ", ".join(changed[:15]) + (f" and {len(changed) - 15} more" if len(changed) > 15 else "")
+            self.warnings.append(
+                _clip(
+                    "this change edits files that run during the measurement besides the measured code "
+                    f"(they can bias it; review them): {names}",
+                    1500,
+                )
+            )
+
     def run(self):
+        self._warn_harness()
         for kind in self.spec["kinds"]:
             if kind["kind"] == "command":
                 self.run_command(kind)
             else:
                 self.run_kind(kind)
+            if not self.guard.check(time.monotonic(), force=True):
+                return
+        if self.skipped:
+            names = ", ".join(self.skipped[:10]) + (
+                f" and {len(self.skipped) - 10} more" if len(self.skipped) > 10 else ""
+            )
+            self.warnings.append(
+                _clip(f"skipped by their own setup (NotImplementedError), not compared: {names}", 600)
+            )
 
 
 DEFAULTS = {
-    "processes": 4,
+    "processes": 8,
     "warmup": 1,
     "min_rounds": 10,
     "max_rounds": 200,
     "round_time_s": 0.002,
     "max_time_s": 1.2,
+    "threshold": 0.03,
+    "error": 0.01,
     "timeout_s": 300.0,
     "cpus": None,
     "gpu": None,
@@ -422,8 +511,16 @@ def main(spec_path, out_path):
         "errors": driver.errors,
         "discovered": driver.discovered,
         "warnings": driver.warnings[:20],
+        "tampered": driver.guard.broken,
     }
-    with open(out_path, "w", encoding="utf-8") as fh:
+    if driver.guard.broken:
+        report["benchmarks"] = []  # measured against a reference that was changed: worth nothing
+    # Whatever stands at OUT now (a file or a link a process of the run left) is replaced, never
+    # written through.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(out_path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(out_path, flags, 0o644), "w", encoding="utf-8") as fh:
         json.dump(report, fh)
     return 0
 

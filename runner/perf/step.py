@@ -32,6 +32,8 @@ HELPER_MODULES = {
     "paritybot_perf_asv": "asv_suite.py",
     "paritybot_perf_command": "command_output.py",
     "paritybot_perf_process": "process.py",
+    "paritybot_perf_sequential": "sequential.py",
+    "paritybot_perf_guard": "guard.py",
 }
 PERF_DIR = f"{SCRATCH_DIR}/perf"
 SPEC_PATH = f"{PERF_DIR}/spec.json"
@@ -69,7 +71,7 @@ class PerfPlan(BaseModel):
     sides: dict[Literal["base", "head"], SideSpec]
     kinds: list[BenchmarkKindSpec]
     processes: int = Field(
-        4, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
+        8, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
     )
     warmup: int = Field(1, ge=0, le=50, description="rounds per pair of processes run first and discarded")
     min_rounds: int = Field(10, ge=1, le=1000)
@@ -78,7 +80,14 @@ class PerfPlan(BaseModel):
         0.002, gt=0, description="time one round aims at on one side: short, so few are preempted"
     )
     max_time_s: float = Field(
-        1.2, gt=0, description="per benchmark, both sides, unless min_rounds needs more"
+        1.2,
+        gt=0,
+        description="per benchmark, both sides, unless min_rounds needs more; less once decisive, up "
+        "to twice as much for an undecided one from what decisive ones left",
+    )
+    threshold: float = Field(0.03, gt=0, lt=10, description="what decisive means: see PerfThresholds")
+    error: float = Field(
+        0.01, gt=0, lt=0.5, description="the run's error (1 - confidence), spread over benchmarks and looks"
     )
     timeout_s: float = Field(300.0, gt=0, description="for one round, or one side's set-up of a benchmark")
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
@@ -108,6 +117,8 @@ def plan_from_settings(
         kinds=kinds or [BenchmarkKindSpec(kind="pytest")],
         processes=settings.processes,
         max_time_s=settings.max_time_s,
+        threshold=settings.threshold,
+        error=1 - settings.confidence,
         cpus=settings.cpus,
         names=names,
     )
@@ -181,7 +192,10 @@ def parse_results(result: StepResult) -> DriverReport:
             f"the benchmark driver wrote no results ({result.describe_failure()}) {tail[0][:200]}"
         )
     try:
-        return DriverReport.model_validate(json.loads(text))
+        report = DriverReport.model_validate(json.loads(text))
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0][:200]
         raise PerfRunError(f"the benchmark results could not be read: {first}") from None
+    if report.tampered:
+        raise PerfRunError(report.tampered)
+    return report
