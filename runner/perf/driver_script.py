@@ -278,9 +278,11 @@ class Driver:
             # On a machine so busy that each round waits for the CPU: enough once twice the budget
             # has passed.
             late = time.monotonic() - started >= 2 * looks[-1]
-            if self._covered(rounds, pairs) and (late or spent >= looks[looked]):
+            if late and len(rounds) >= spec["min_rounds"]:
+                break
+            if self._covered(rounds, pairs) and spent >= looks[looked]:
                 looked += 1
-                if late or looked == len(looks) or self._decisive(rounds, len(looks)):
+                if looked == len(looks) or self._decisive(rounds, len(looks)):
                     break
             pair = turn % pairs
             first = SIDES[(turn // pairs) % 2]
