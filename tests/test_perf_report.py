@@ -342,3 +342,34 @@ def test_the_sides_are_the_two_commits_side_by_side(tmp_path):
     export_sides(repo.path, base, head)
     assert (repo.path / SIDES_DIR / "base" / "pkg.py").read_text() == "x = 1\n"
     assert (repo.path / SIDES_DIR / "head" / "pkg.py").read_text() == "x = 2\n"
+
+
+def test_errors_regressions_and_improvements_are_never_behind_and_n_more():
+    def made(i: int, verdict: Verdict) -> Comparison:
+        return Comparison(kind="asv", name=f"bench.b{i:03}", verdict=verdict, reason=f"why {i}")
+
+    comparisons = [made(i, Verdict.NO_CHANGE) for i in range(120)]
+    comparisons += [made(200 + i, Verdict.ERROR) for i in range(94)]
+    comparisons += [made(400 + i, Verdict.INCONCLUSIVE) for i in range(3)]
+    body = performance_section(comparisons, [], threshold=0.03, confidence=0.99)
+
+    rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert sum("⚠️ error: why " in row for row in rows) == 94
+    assert body.endswith("… and 123 more benchmarks: 3 inconclusive, 120 no change.")
+    _, summary = check_text(outcome(comparisons, threshold=0.03, blocking=False), comparisons)
+    assert summary.count("⚠️ error") == 94
+    assert summary.endswith("- 3 more inconclusive or too few rounds\n- 120 more with no change")
+
+
+def test_inconclusive_and_no_change_say_what_they_rest_on():
+    rounds = [
+        Round(base=1e-3, head=1e-3 * (1.05 if i % 2 else 0.98), first=Side.BASE, process=i % 2)
+        for i in range(12)
+    ]
+    straddles = compare(BenchmarkSamples(kind="pytest", name="x", rounds=rounds), PerfThresholds())
+    assert straddles.verdict is Verdict.INCONCLUSIVE
+    body = performance_section([straddles], [], threshold=0.03, confidence=0.99)
+    assert (
+        "| inconclusive: interval " in body
+        and "straddles ±3%; 12 rounds in 2 process pairs; rerun with a larger budget" in body
+    )
