@@ -1,33 +1,29 @@
 #!/usr/bin/env python3
-"""How often paritybot's interleaved A/B finds a slowdown, and how often it cries wolf, against
-two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
+"""How often paritybot's A/B finds a slowdown, how often it cries wolf, and how long it takes,
+against two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
 
-    python benchmarks/perf_detection.py [--trials 50] [--raw perf-trials.json]
-    python benchmarks/perf_detection.py --analyse perf-trials.json     # tables again, no run
-    python benchmarks/perf_detection.py --analyse perf-trials.json --statistic hodges-lehmann
-    python benchmarks/perf_detection.py --raw perf-trials.json --resume  # finish a stopped run
+    python benchmarks/perf_detection.py [--trials 15] [--raw perf-trials.json] [--minutes 30]
+    python benchmarks/perf_detection.py --analyse perf-trials.json     # the tables again, no run
 
-A sample project has three pytest-benchmark tests of different sizes (a few microseconds, about
-half a millisecond, about 20 ms), each a loop of arithmetic. A *slowdown* makes a benchmark do 2,
-5, 10 or 20 % more loop iterations on head: injected work, not a sleep. A *no-op change* changes a
-comment and a docstring only. A *mixed change* slows the three benchmarks by three different levels
-(0 among them), rotating so that each benchmark gets each level in turn: the benchmarks are
-compared independently, so one run gives three samples. ``--trials N`` makes N no-op changes and
-enough mixed changes for N samples of each slowdown; they alternate. Every change gets fresh base
-and head checkouts, measured both ways, in alternating order from change to change:
+The corpus is generated here, never seen by paritybot before: two small projects of three
+pytest-benchmark tests each, of different sizes —
 
-* **A/B**: paritybot's step (``runner/perf``) through the host runner: both sides' pytest
-  processes, interleaved rounds, then the verdict (``runner/perf/stats.py``).
-* **separate**: ``pytest --benchmark-only --benchmark-save`` on base, then on head
-  ``--benchmark-compare --benchmark-compare-fail=mean:5%`` (pytest-benchmark's defaults otherwise).
+* ``loops`` (pure Python): about 3 µs, 0.5 ms and 20 ms of arithmetic loops;
+* ``arrays`` (numpy): a dot product of a few µs, a cumulative sum of about 0.5 ms and a sort of
+  about 15 ms.
 
-A detection is a slowed benchmark reported as a regression; a false alarm is an unchanged benchmark
-reported as one (and, per change, a no-op change with any benchmark reported). A slowdown is
-nominal: a call's fixed cost dilutes it a little; the median of the A/B estimates over all changes
-says what it really was. The raw rounds of every run are saved (``--raw``), so other statistics can
-be tried on the same data (``--analyse``, ``--statistic``): ``fastest`` is paritybot's
-(``runner/perf/stats.py``), ``hodges-lehmann`` the one it used before, ``sign`` the median of the
-paired log-ratios with the sign test's interval.
+A *slowdown* makes one benchmark do 2, 5, 10 or 20% more work on head (more loop iterations, longer
+arrays: work, not a sleep). Per trial and project there are three cases, in random order: a
+*mixed* change slows the three benchmarks by three different levels (0 among them, rotating, so
+each benchmark gets each level in turn), a *no-op* change edits a comment, and an *A/A* case
+compares base with itself. Every case gets fresh checkouts and is measured both ways, the order
+alternating: paritybot's step (``runner/perf``, through the host runner, with its defaults) and
+``pytest --benchmark-only --benchmark-save`` on base then ``--benchmark-compare
+--benchmark-compare-fail=mean:5%`` on head. The load average is recorded with every case.
+
+A detection is a slowed benchmark called a regression; a false alarm is an unchanged benchmark
+called a regression *or an improvement* (and, per change, a no-op or A/A case with any). The raw
+reports are saved (``--raw``) so the tables can be printed again (``--analyse``).
 """
 
 from __future__ import annotations
@@ -35,8 +31,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
+import random
 import re
 import shutil
 import statistics
@@ -53,17 +49,27 @@ import structlog
 
 from bot.core.perf import DriverReport, PerfThresholds, Verdict
 from runner.backends.host import HostRunner
-from runner.perf.stats import Interval, compare, ratio_interval
+from runner.perf.stats import compare_all
 from runner.perf.step import PerfPlan, parse_results, perf_step
 
-# Loop iterations per call: ~3 µs, ~0.5 ms, ~20 ms on this machine's CPython 3.11.
-SIZES = {"tiny": 60, "medium": 12_000, "large": 450_000}
 SLOWDOWNS = [0.02, 0.05, 0.10, 0.20]
-THRESHOLDS = [0.01, 0.02, 0.025, 0.03, 0.05]
+LEVELS = [0.0, *SLOWDOWNS]
 COMPARE_FAIL = "mean:5%"
-BENCH_NAME = "tests/test_sample.py::test_{}"
+FLAGGED = (Verdict.REGRESSION, Verdict.IMPROVEMENT)
 
-SAMPLE = '''"""A sample project: {note}."""
+# name → (work per call, the statement); sizes chosen for the figures in the module's docstring.
+PROJECTS: dict[str, dict[str, tuple[int, str]]] = {
+    "loops": {"tiny": (60, "spin({n})"), "medium": (12_000, "spin({n})"), "large": (450_000, "spin({n})")},
+    "arrays": {
+        "dot": (2_000, "float(np.dot(VEC[:{n}], VEC[:{n}]))"),
+        "cumsum": (150_000, "float(np.cumsum(VEC[:{n}])[-1])"),
+        "sort": (400_000, "float(np.sort(VEC[:{n}])[0])"),
+    },
+}
+MODULE = '''"""A sample project: {note}."""
+import numpy as np
+
+VEC = np.random.default_rng(0).random(600_000)
 
 
 def spin(n):
@@ -75,52 +81,46 @@ def spin(n):
 
 {functions}
 '''
-TESTS = """import sample
-
-{tests}
-"""
 
 
-def write_project(root: Path, sizes: dict[str, int], note: str) -> None:
+def write_project(root: Path, project: str, slow: dict[str, float], note: str) -> None:
     (root / "tests").mkdir(parents=True)
-    functions = "\n\n".join(f"def {name}():\n    return spin({n})" for name, n in sizes.items())
-    (root / "sample.py").write_text(SAMPLE.format(note=note, functions=functions))
+    functions = []
+    for name, (n, statement) in PROJECTS[project].items():
+        work = round(n * (1 + slow.get(name, 0.0)))
+        functions.append(f"def {name}():\n    return {statement.format(n=work)}")
+    (root / "sample.py").write_text(MODULE.format(note=note, functions="\n\n\n".join(functions)))
     tests = "\n\n".join(
-        f"def test_{name}(benchmark):\n    assert benchmark(sample.{name}) >= 0" for name in sizes
+        f"def test_{name}(benchmark):\n    assert benchmark(sample.{name}) is not None"
+        for name in PROJECTS[project]
     )
-    (root / "tests" / "test_sample.py").write_text(TESTS.format(tests=tests))
+    (root / "tests" / "test_sample.py").write_text(f"import sample\n\n\n{tests}\n")
 
 
-def make_trial(workspace: Path, slow: dict[str, float]) -> None:
-    """Base, and a head whose benchmarks do ``slow[name]`` more work (all 0: the no-op change)."""
-    write_project(workspace / "base", SIZES, "measured")
-    head = {name: round(n * (1 + slow[name])) for name, n in SIZES.items()}
-    note = "measured" if any(slow.values()) else "measured, with a comment changed"
-    write_project(workspace / "head", head, note)
+def bench_name(name: str) -> str:
+    return f"tests/test_sample.py::test_{name}"
 
 
-def plan(**overrides: Any) -> PerfPlan:
-    settings: dict[str, Any] = {
-        "sides": {"base": {"root": "base"}, "head": {"root": "head"}},
-        "kinds": [{"kind": "pytest", "args": ["tests"]}],
-        "timeout_s": 120,
-    }
-    return PerfPlan.model_validate(settings | overrides)
-
-
-async def run_ab(workspace: Path, perf_plan: PerfPlan) -> tuple[DriverReport, float]:
+async def run_ab(workspace: Path) -> tuple[dict[str, Any], float]:
+    plan = PerfPlan.model_validate(
+        {
+            "sides": {"base": {"root": "base"}, "head": {"root": "head"}},
+            "kinds": [{"kind": "pytest", "args": ["tests"]}],
+            "timeout_s": 120,
+        }
+    )
     runner = HostRunner()
     started = time.perf_counter()
-    result = await runner.run(perf_step(perf_plan), workspace)
+    result = await runner.run(perf_step(plan), workspace)
     wall = time.perf_counter() - started
     await runner.close()
-    return parse_results(result), wall
+    return parse_results(result).model_dump(mode="json"), wall
 
 
 _REGRESSED = re.compile(r"^\s+(test_\w+) \(")
 
 
-def run_separate(workspace: Path) -> tuple[set[str], float]:
+def run_separate(workspace: Path) -> tuple[list[str], float]:
     """Two pytest-benchmark runs; the names --benchmark-compare-fail reports as regressed."""
     storage = f"file://{workspace / 'storage'}"
     common = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only"]
@@ -139,279 +139,171 @@ def run_separate(workspace: Path) -> tuple[set[str], float]:
     text = head.stdout + head.stderr
     if head.returncode not in (0, 1) or "benchmark" not in text:
         raise SystemExit(f"pytest-benchmark failed ({head.returncode}):\n{text[-2000:]}")
-    regressed = {m.group(1) for line in text.splitlines() if (m := _REGRESSED.match(line))}
-    return {BENCH_NAME.format(n.removeprefix("test_")) for n in regressed}, wall
+    regressed = sorted({m.group(1) for line in text.splitlines() if (m := _REGRESSED.match(line))})
+    return [f"tests/test_sample.py::{n}" for n in regressed], wall
 
 
-LEVELS = [0.0, *SLOWDOWNS]
-
-
-def schedule(count: int) -> list[dict[str, float]]:
-    """``count`` no-op changes, and enough mixed changes for ``count`` samples of each slowdown.
-
-    A mixed change slows the three benchmarks by three different levels (one may be 0), rotating
-    so that over five changes each benchmark gets each level once: each A/B run is then three
-    independent samples. No-op and mixed changes alternate, three to five.
-    """
-    mixed_needed = -(-count * len(LEVELS) // len(SIZES))  # ceil(count / 3 per 5 changes)
-    no_op = [dict.fromkeys(SIZES, 0.0) for _ in range(count)]
-    mixed = [
-        {name: LEVELS[(t + j) % len(LEVELS)] for j, name in enumerate(SIZES)} for t in range(mixed_needed)
-    ]
+def cases(trials: int, seed: int = 1) -> list[dict[str, Any]]:
+    """Per trial and project: a mixed change, a no-op change and an A/A case, shuffled."""
     out = []
-    while no_op or mixed:
-        for take_no_op in (True, False, False, True, False, False, True, False):
-            source = no_op if take_no_op else mixed
-            if source:
-                out.append(source.pop(0))
+    for trial in range(trials):
+        for project, benches in PROJECTS.items():
+            mixed = {name: LEVELS[(trial + j) % len(LEVELS)] for j, name in enumerate(benches)}
+            out += [
+                {"project": project, "change": "mixed", "slow": mixed},
+                {"project": project, "change": "no-op", "slow": dict.fromkeys(benches, 0.0)},
+                {"project": project, "change": "A/A", "slow": dict.fromkeys(benches, 0.0)},
+            ]
+    random.Random(seed).shuffle(out)
     return out
 
 
-async def trials(
-    count: int, perf_plan: PerfPlan, raw_path: Path | None, done: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Run the changes of the schedule after the ``done`` ones (a run resumed from its raw file)."""
-    records = list(done)
-    plan_of_changes = schedule(count)
-    for index, slow in enumerate(plan_of_changes):
-        if index < len(records):
-            continue
-        workspace = Path(tempfile.mkdtemp(prefix="perf-trial-"))
-        try:
-            make_trial(workspace, slow)
-            ab_first = index % 2 == 0
-            if not ab_first:
-                regressed, separate_wall = run_separate(workspace)
-            report, ab_wall = await run_ab(workspace, perf_plan)
-            if ab_first:
-                regressed, separate_wall = run_separate(workspace)
-        finally:
-            shutil.rmtree(workspace, ignore_errors=True)
-        records.append(
-            {
-                "slow": slow,
-                "ab_wall": ab_wall,
-                "separate_wall": separate_wall,
-                "separate_regressed": sorted(regressed),
-                "report": report.model_dump(mode="json"),
-            }
-        )
-        change = ", ".join(f"{k} +{v:.0%}" for k, v in slow.items() if v) or "no-op"
-        print(
-            f"{index + 1}/{len(plan_of_changes)} {change}: A/B {ab_wall:5.1f} s, separate {separate_wall:5.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        if raw_path:
-            raw_path.write_text(json.dumps({"plan": perf_plan.model_dump(mode="json"), "trials": records}))
-    return records
-
-
-def _tail_count(weights: list[int], confidence: float) -> int:
-    """The most c with weights[0] + ... + weights[c - 1] <= (1 - confidence) / 2 of their sum."""
-    allowed, below, c = (1 - confidence) / 2 * sum(weights), 0, 0
-    while c < len(weights) and below + weights[c] <= allowed:
-        below += weights[c]
-        c += 1
-    return c
-
-
-def hodges_lehmann(
-    base: list[float], head: list[float], confidence: float
-) -> tuple[float, float, float] | None:
-    """paritybot's previous method: the median of the Walsh averages of the paired log-ratios, with
-    the interval of the Wilcoxon signed-rank test (exact null law; the recorded runs have <= 200 rounds)."""
-    d = [math.log(h / b) for b, h in zip(base, head, strict=True)]
-    counts = [1]  # counts[s]: sign patterns of the ranks 1..n whose positive ranks sum to s
-    for rank in range(1, len(d) + 1):
-        grown = counts + [0] * rank
-        for total, ways in enumerate(counts):
-            grown[total + rank] += ways
-        counts = grown
-    k = _tail_count(counts, confidence)
-    if k == 0:
-        return None
-    walsh = sorted((a + b) / 2 for i, a in enumerate(d) for b in d[i:])
-    return math.exp(statistics.median(walsh)), math.exp(walsh[k - 1]), math.exp(walsh[-k])
-
-
-def sign_median(base: list[float], head: list[float], confidence: float) -> tuple[float, float, float] | None:
-    """The median of the paired log-ratios, with the sign test's (binomial order statistics) interval."""
-    d = sorted(math.log(h / b) for b, h in zip(base, head, strict=True))
-    c = _tail_count([math.comb(len(d), i) for i in range(len(d) + 1)], confidence)
-    if c == 0:
-        return None
-    return math.exp(statistics.median(d)), math.exp(d[c - 1]), math.exp(d[-c])
-
-
-STATISTICS: dict[str, Interval] = {
-    "fastest": ratio_interval,
-    "hodges-lehmann": hodges_lehmann,
-    "sign": sign_median,
-}
-
-
-def ab_regressed(report: dict[str, Any], limits: PerfThresholds, statistic: Interval) -> tuple[set[str], int]:
-    """Names called regressions, and how many benchmarks ended in an error."""
-    parsed = DriverReport.model_validate(report)
-    verdicts = [compare(b, limits, statistic) for b in parsed.benchmarks]
-    return {c.name for c in verdicts if c.verdict is Verdict.REGRESSION}, sum(
-        c.verdict is Verdict.ERROR for c in verdicts
-    )
-
-
-def bootstrap_regressed(report: dict[str, Any], threshold: float, resamples: int = 2000) -> set[str]:
-    """The alternative weighed: a paired bootstrap percentile interval of the ratio of medians."""
-    import random
-
-    rng = random.Random(1)
-    out = set()
-    for bench in DriverReport.model_validate(report).benchmarks:
-        rounds = bench.rounds
-        if bench.error or len(rounds) < 6:
-            continue
-        ratios = []
-        for _ in range(resamples):
-            pick = [rounds[rng.randrange(len(rounds))] for _ in rounds]
-            ratios.append(statistics.median(r.head for r in pick) / statistics.median(r.base for r in pick))
-        ratios.sort()
-        if ratios[int(0.025 * resamples)] > 1 + threshold:
-            out.add(bench.name)
-    return out
+async def measure(case: dict[str, Any], index: int) -> dict[str, Any]:
+    workspace = Path(tempfile.mkdtemp(prefix="perf-case-"))
+    try:
+        write_project(workspace / "base", case["project"], {}, "measured")
+        note = "measured, a comment changed" if case["change"] == "no-op" else "measured"
+        write_project(workspace / "head", case["project"], case["slow"], note)
+        load_before = os.getloadavg()[0]
+        if index % 2:
+            separate, separate_wall = run_separate(workspace)
+        report, ab_wall = await run_ab(workspace)
+        if not index % 2:
+            separate, separate_wall = run_separate(workspace)
+        load = (load_before + os.getloadavg()[0]) / 2
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    return case | {
+        "report": report,
+        "ab_wall": ab_wall,
+        "separate": separate,
+        "separate_wall": separate_wall,
+        "load": load,
+    }
 
 
 def rate(hits: int, total: int) -> str:
     return f"{hits}/{total} = {hits / total:.0%}" if total else "–"
 
 
-def analyse(records: list[dict[str, Any]], statistic: Interval) -> None:
-    methods: dict[str, Any] = {}
-    for t in THRESHOLDS:
-        methods[f"A/B, threshold {t:.1%}"] = lambda r, t=t: ab_regressed(
-            r["report"], PerfThresholds(threshold=t), statistic
-        )[0]
-    methods["A/B, paired bootstrap 2%"] = lambda r: bootstrap_regressed(r["report"], 0.02)
-    methods[f"separate, {COMPARE_FAIL}"] = lambda r: set(r["separate_regressed"])
-    no_op_changes = [r for r in records if not any(r["slow"].values())]
+def analyse(records: list[dict[str, Any]]) -> None:
+    limits = PerfThresholds()
+    rows: list[tuple[str, str, float, str, bool, bool]] = []  # project, bench, level, verdict, sep, change
+    verdict_counts: dict[str, int] = {}
+    widths: dict[str, list[float]] = {}
+    for r in records:
+        comparisons = {c.name: c for c in compare_all(DriverReport.model_validate(r["report"]), limits)}
+        for bench, level in r["slow"].items():
+            c = comparisons.get(bench_name(bench))
+            verdict = c.verdict.value if c else "missing"
+            rows.append(
+                (r["project"], bench, level, verdict, bench_name(bench) in r["separate"], r["change"])
+            )
+            if not level:
+                verdict_counts[verdict] = verdict_counts.get(verdict, 0) + 1
+            if c and c.low and c.high:
+                widths.setdefault(bench, []).append(c.high / c.low - 1)
+    loads = [r["load"] for r in records]
     print(
-        f"\n{len(records)} changes ({len(no_op_changes)} no-op), {len(records) * len(SIZES)} benchmark comparisons\n"
+        f"\n{len(records)} cases ({sum(r['change'] == 'A/A' for r in records)} A/A, "
+        f"{sum(r['change'] == 'no-op' for r in records)} no-op), {len(rows)} benchmark comparisons; "
+        f"load average median {statistics.median(loads):.1f} (range {min(loads):.1f}–{max(loads):.1f})\n"
     )
     header = " | ".join(f"+{s:.0%} detected" for s in SLOWDOWNS)
-    print(f"| method | {header} | false alarms (unchanged benchmarks) | false alarms (no-op changes) |")
+    print(
+        f"| method | {header} | false alarms, unaffected benchmarks | false alarms, no-op and A/A changes |"
+    )
     print("|---|" + "---|" * (len(SLOWDOWNS) + 2))
-    for label, method in methods.items():
-        detected = {s: [0, 0] for s in SLOWDOWNS}
-        false_bench = [0, 0]
-        for record in records:
-            flagged = method(record)
-            for size, level in record["slow"].items():
-                hit = BENCH_NAME.format(size) in flagged
-                cell = detected[level] if level else false_bench
-                cell[0] += hit
-                cell[1] += 1
-        false_change = sum(bool(method(r)) for r in no_op_changes)
-        cells = [rate(*detected[s]) for s in SLOWDOWNS]
+    quiet = [r for r in records if r["change"] != "mixed"]
+    for label, hit in (
+        ("paritybot (defaults)", lambda row: row[3] in ("regression",)),
+        (f"separate, {COMPARE_FAIL}", lambda row: row[4]),
+    ):
+        cells = [
+            rate(sum(hit(x) for x in rows if x[2] == s), sum(x[2] == s for x in rows)) for s in SLOWDOWNS
+        ]
+        if label.startswith("paritybot"):
+            wrong = [x for x in rows if not x[2] and x[3] in ("regression", "improvement")]
+            changes = sum(
+                any(
+                    c.verdict in FLAGGED
+                    for c in compare_all(DriverReport.model_validate(r["report"]), limits)
+                )
+                for r in quiet
+            )
+        else:
+            wrong = [x for x in rows if not x[2] and x[4]]
+            changes = sum(bool(r["separate"]) for r in quiet)
         print(
             f"| {label} | "
             + " | ".join(cells)
-            + f" | {rate(*false_bench)} | {rate(false_change, len(no_op_changes))} |"
+            + f" | {rate(len(wrong), sum(not x[2] for x in rows))} | {rate(changes, len(quiet))} |"
         )
-    limits = PerfThresholds()
-    print(f"\nBy benchmark size (A/B at the default threshold, {limits.threshold:.0%}; separate):")
-    for size in SIZES:
-        row = []
-        for level in LEVELS:
-            chosen = [r for r in records if r["slow"][size] == level]
-            hits = sum(
-                BENCH_NAME.format(size) in ab_regressed(r["report"], limits, statistic)[0] for r in chosen
-            )
-            sep = sum(BENCH_NAME.format(size) in r["separate_regressed"] for r in chosen)
-            what = f"+{level:.0%}" if level else "unchanged (false alarms)"
-            row.append(f"{what}: A/B {rate(hits, len(chosen))}, separate {rate(sep, len(chosen))}")
-        print(f"- {size}: " + "; ".join(row))
-    verdicts: dict[str, dict[str, int]] = {size: {} for size in SIZES}
-    for r in records:
-        for b in DriverReport.model_validate(r["report"]).benchmarks:
-            v = compare(b, limits, statistic).verdict.value
-            size = b.name.rsplit("_", 1)[-1]
-            verdicts[size][v] = verdicts[size].get(v, 0) + 1
-    print("Verdicts by size: " + "; ".join(f"{k}: {v}" for k, v in verdicts.items()))
+    print("\nBy benchmark (paritybot; separate), detected at each level and false alarms when unaffected:")
+    for project, benches in PROJECTS.items():
+        for bench in benches:
+            mine = [x for x in rows if x[0] == project and x[1] == bench]
+            cells = []
+            for level in LEVELS:
+                at = [x for x in mine if x[2] == level]
+                if level:
+                    cells.append(f"+{level:.0%} {rate(sum(x[3] == 'regression' for x in at), len(at))}")
+                else:
+                    flagged = sum(x[3] in ("regression", "improvement") for x in at)
+                    cells.append(
+                        f"unaffected {rate(flagged, len(at))}; separate {rate(sum(x[4] for x in at), len(at))}"
+                    )
+            width = statistics.median(widths[bench]) if widths.get(bench) else float("nan")
+            print(f"- {project}/{bench} (interval width median {width:.1%}): " + ", ".join(cells))
+    print(
+        "Verdicts on unaffected benchmarks: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items()))
+    )
     ab = [r["ab_wall"] for r in records]
     sep = [r["separate_wall"] for r in records]
     print(
-        f"\nWall time per change (median, 90th percentile): A/B {statistics.median(ab):.1f} s, "
-        f"{statistics.quantiles(ab, n=10)[-1]:.1f} s; separate {statistics.median(sep):.1f} s, "
-        f"{statistics.quantiles(sep, n=10)[-1]:.1f} s; total A/B {sum(ab):.0f} s, separate {sum(sep):.0f} s"
+        f"Wall time per case (median): paritybot {statistics.median(ab):.1f} s, two separate runs "
+        f"{statistics.median(sep):.1f} s; total {sum(ab):.0f} s against {sum(sep):.0f} s "
+        f"({sum(ab) / sum(sep):.2f}×)"
     )
-    errors = sum(ab_regressed(r["report"], limits, statistic)[1] for r in records)
-    benches = [b for r in records for b in DriverReport.model_validate(r["report"]).benchmarks]
-    for size in SIZES:
-        mine = [b for b in benches if b.name == BENCH_NAME.format(size)]
-        rounds = [len(b.rounds) for b in mine]
-        spans = [c.high / c.low - 1 for b in mine if (c := compare(b, limits, statistic)).low and c.high]
+
+
+async def run(trials: int, raw: Path | None, minutes: float) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + minutes * 60
+    plan = cases(trials)
+    for index, case in enumerate(plan):
+        if time.monotonic() > deadline:
+            print(f"stopped at the time limit after {index} of {len(plan)} cases", file=sys.stderr)
+            break
+        record = await measure(case, index)
+        records.append(record)
+        slow = ", ".join(f"{k} +{v:.0%}" for k, v in case["slow"].items() if v) or case["change"]
         print(
-            f"- {size}: rounds median {statistics.median(rounds)} (range {min(rounds)}–{max(rounds)}), "
-            f"pairs run again median {statistics.median(b.preempted for b in mine)}, "
-            f"95% interval width median {statistics.median(spans):.1%}"
+            f"{index + 1}/{len(plan)} {case['project']} {slow}: A/B {record['ab_wall']:.1f} s, "
+            f"separate {record['separate_wall']:.1f} s, load {record['load']:.1f}",
+            file=sys.stderr,
+            flush=True,
         )
-    print(f"Benchmarks ended in an error: {errors}")
-    print("Measured slowdown (median over the changes of the A/B estimate for the slowed benchmark):")
-    for size in SIZES:
-        cells = []
-        for level in SLOWDOWNS:
-            ratios = [
-                c.ratio
-                for r in records
-                if r["slow"][size] == level
-                for b in DriverReport.model_validate(r["report"]).benchmarks
-                if b.name == BENCH_NAME.format(size) and (c := compare(b, limits, statistic)).ratio
-            ]
-            cells.append(f"+{level:.0%} {statistics.median(ratios):.3f}" if ratios else f"+{level:.0%} –")
-        print(f"- {size}: " + ", ".join(cells))
+        if raw:
+            raw.write_text(json.dumps({"trials": records}))
+    return records
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=50, help="samples per case (default 50)")
-    parser.add_argument("--raw", type=Path, help="save every trial's rounds here (JSON)")
+    parser.add_argument("--trials", type=int, default=15, help="trials per project (3 cases each)")
+    parser.add_argument("--raw", type=Path, help="save every case's report here (JSON)")
     parser.add_argument("--analyse", type=Path, help="print the tables of a saved --raw file and stop")
-    parser.add_argument(
-        "--resume", action="store_true", help="keep the changes already in --raw and run the rest"
-    )
-    parser.add_argument(
-        "--statistic",
-        choices=STATISTICS,
-        default="fastest",
-        help="how rounds become a ratio (default: paritybot's)",
-    )
-    parser.add_argument("--processes", type=int, help="A/B processes per side (default: paritybot's)")
-    parser.add_argument("--max-time", type=float, help="A/B seconds per benchmark, both sides")
+    parser.add_argument("--minutes", type=float, default=30.0, help="stop starting cases after this")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    statistic = STATISTICS[args.statistic]
     if args.analyse:
-        data = json.loads(args.analyse.read_text())
-        analyse(data["trials"], statistic)
+        analyse(json.loads(args.analyse.read_text())["trials"])
         return
-    overrides = {"processes": args.processes, "max_time_s": args.max_time}
-    perf_plan = plan(**{k: v for k, v in overrides.items() if v is not None})
-    print(
-        f"machine: {os.cpu_count()} CPUs; A/B: {perf_plan.processes} processes per side, "
-        f"{perf_plan.max_time_s} s per benchmark, "
-        f"rounds of {perf_plan.round_time_s * 1000:.0f} ms, {perf_plan.warmup} warm-up; "
-        f"separate: pytest-benchmark defaults, {COMPARE_FAIL}",
-        flush=True,
-    )
-    done: list[dict[str, Any]] = []
-    if args.resume and args.raw and args.raw.exists():
-        saved = json.loads(args.raw.read_text())
-        if saved["plan"] != perf_plan.model_dump(mode="json"):
-            raise SystemExit(f"{args.raw} was measured with other settings; not resumed")
-        done = saved["trials"]
-    started = time.perf_counter()
-    records = asyncio.run(trials(args.trials, perf_plan, args.raw, done))
-    analyse(records, statistic)
-    print(f"\n{len(records)} trials in {time.perf_counter() - started:.0f} s")
+    print(f"machine: {os.cpu_count()} CPUs; paritybot's defaults; separate: {COMPARE_FAIL}", flush=True)
+    records = asyncio.run(run(args.trials, args.raw, args.minutes))
+    analyse(records)
 
 
 if __name__ == "__main__":

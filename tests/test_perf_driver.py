@@ -458,7 +458,8 @@ async def test_a_command_printing_the_json_shape_is_paired_round_by_round(tmp_pa
     assert report.discovered["command"].only_head == ["new"]
     verdicts = {c.name: c for c in compare_all(report, PerfThresholds())}
     assert verdicts["matmul"].verdict is Verdict.REGRESSION and verdicts["matmul"].ratio == pytest.approx(2.0)
-    assert verdicts["conv"].verdict is Verdict.WITHIN_NOISE
+    assert verdicts["conv"].verdict is Verdict.NO_CHANGE
+    assert [r.process for r in matmul.rounds] == list(range(6))  # each run its own process
     assert verdicts["broken"].verdict is Verdict.ERROR
 
 

@@ -35,8 +35,9 @@ def rounds(base: float, head: float, count: int = 12) -> list[Round]:
     return [
         Round(
             base=base * (1 + i % 3 / 1000),
-            head=head * (1 + (i + 1) % 3 / 1000),
+            head=head * (1 + (i + 1) % 3 / 1000 + i % 4 / 1000),
             first=Side.BASE if i % 2 else Side.HEAD,
+            process=i % 4,
         )
         for i in range(count)
     ]
@@ -72,12 +73,13 @@ def test_the_section_lists_regressions_first_with_ratio_interval_verdict_and_rou
         "❌ regression",
         "⚠️ error",
         "✅ improvement",
-        "within noise",
+        "no change (within ±5%)",
     ]
     regression = rows[0]
-    assert regression.endswith("| 1 ms | 1.3 ms | 1.300 (1.299–1.301) | ❌ regression | 12 |")
-    assert "| 2 µs | 2 µs | 1.000 (" in rows[3]
-    assert "whole 95% interval is above 1.05" in body
+    assert regression.endswith("| 1 ms | 1.3 ms | 1.302 (1.297–1.307) | ❌ regression | 12 (4) |")
+    assert "| 2 µs | 2 µs | 1.001 (0.998–1.005) | no change (within ±5%) | 12 (4) |" in rows[3]
+    assert "whole interval is above 1.05" in body
+    assert "hold together at 95% for the run's 4 benchmarks" in body
 
 
 def test_a_regression_gets_a_chart_of_its_rounds_with_numbers_only():
@@ -133,7 +135,7 @@ def test_an_empty_selection_says_why_and_compares_nothing():
         ([Verdict.REGRESSION], False, "neutral", "1 benchmark slower by more than 5% (not blocking)"),
         ([Verdict.IMPROVEMENT, Verdict.IMPROVEMENT], True, "success", "2 benchmarks faster by more than 5%"),
         (
-            [Verdict.WITHIN_NOISE, Verdict.TOO_FEW_ROUNDS],
+            [Verdict.NO_CHANGE, Verdict.TOO_FEW_ROUNDS],
             True,
             "neutral",
             "no change beyond 5%; 1 benchmark too few rounds",
@@ -180,7 +182,7 @@ performance:
         ["label", "every-pr"],
         0.03,
         True,
-        4,
+        8,
     )
     assert not parse_repo_config("tests: {paths: [tests]}\n").performance.enabled()
 
@@ -370,3 +372,34 @@ def test_paritybot_perf_that_finds_no_benchmark_says_where_it_looked_and_how_to_
         "No benchmark found. Looked for tests that take pytest-benchmark's `benchmark` fixture in tests "
         "(performance.pytest); to look elsewhere, set `performance.pytest` to your benchmarks' paths"
     ) in done.stdout
+
+
+def test_errors_regressions_and_improvements_are_never_behind_and_n_more():
+    def made(i: int, verdict: Verdict) -> Comparison:
+        return Comparison(kind="asv", name=f"bench.b{i:03}", verdict=verdict, reason=f"why {i}")
+
+    comparisons = [made(i, Verdict.NO_CHANGE) for i in range(120)]
+    comparisons += [made(200 + i, Verdict.ERROR) for i in range(94)]
+    comparisons += [made(400 + i, Verdict.INCONCLUSIVE) for i in range(3)]
+    body = performance_section(comparisons, [], threshold=0.03, confidence=0.99)
+
+    rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert sum("⚠️ error: why " in row for row in rows) == 94
+    assert body.endswith("… and 123 more benchmarks: 3 inconclusive, 120 no change.")
+    _, summary = check_text(outcome(comparisons, threshold=0.03, blocking=False), comparisons)
+    assert summary.count("⚠️ error") == 94
+    assert summary.endswith("- 3 more inconclusive or too few rounds\n- 120 more with no change")
+
+
+def test_inconclusive_and_no_change_say_what_they_rest_on():
+    rounds = [
+        Round(base=1e-3, head=1e-3 * (1.05 if i % 2 else 0.98), first=Side.BASE, process=i % 2)
+        for i in range(12)
+    ]
+    straddles = compare(BenchmarkSamples(kind="pytest", name="x", rounds=rounds), PerfThresholds())
+    assert straddles.verdict is Verdict.INCONCLUSIVE
+    body = performance_section([straddles], [], threshold=0.03, confidence=0.99)
+    assert (
+        "| inconclusive: interval " in body
+        and "straddles ±3%; 12 rounds in 2 process pairs; rerun with a larger budget" in body
+    )

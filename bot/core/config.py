@@ -263,13 +263,29 @@ class PerformanceSettings(_Strict):
         default_factory=list, description="environment names that compare; empty: every one that runs"
     )
     threshold: float = Field(0.03, gt=0, lt=10, description="a regression is slower by more than this")
-    confidence: float = Field(0.95, gt=0.5, lt=1)
+    confidence: float = Field(
+        0.99,
+        gt=0.5,
+        lt=1,
+        description="of the run's verdicts together: a change that touches no benchmark is called a "
+        "regression or an improvement at most 1 - confidence of the time, however many there are",
+    )
     blocking: bool = Field(False, description="a significant regression fails the check run")
     paths: list[str] = Field(default_factory=lambda: ["."], description="put first on PYTHONPATH, per side")
     processes: int = Field(
-        4, ge=1, le=16, description="processes per side (GPU memory: each holds a context)"
+        8,
+        ge=1,
+        le=16,
+        description="processes per side; the interval is over them, a verdict needs 2 (GPU memory: "
+        "each holds a context)",
     )
-    max_time_s: float = Field(1.2, gt=0, le=600, description="per benchmark, both sides")
+    max_time_s: float = Field(
+        1.2,
+        gt=0,
+        le=600,
+        description="per benchmark, both sides; a decisive answer stops sooner, an undecided one may "
+        "use what others left",
+    )
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
 
     def enabled(self) -> bool:

@@ -57,6 +57,9 @@ class BenchmarkSamples(Model):
     preempted: int = Field(
         0, ge=0, description="round pairs run again because the scheduler took the CPU from a side"
     )
+    looks: int = Field(
+        1, ge=1, le=16, description="looks the driver planned; each is held to 1/looks of the error"
+    )
     error: BenchmarkError | None = None
 
 
@@ -87,12 +90,16 @@ class DriverReport(Model):
         max_length=20,
         description="what makes the comparison doubtful: a side that imported its code from elsewhere",
     )
+    tampered: str | None = Field(
+        None, max_length=MAX_MESSAGE, description="why the comparison is refused: the reference changed"
+    )
 
 
 class Verdict(StrEnum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
-    WITHIN_NOISE = "within noise"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
     TOO_FEW_ROUNDS = "too few rounds"
     ERROR = "error"
 
@@ -107,7 +114,13 @@ class PerfThresholds(Model):
         description="a regression is a ratio head/base whose whole interval is above 1 + threshold; "
         "an improvement one whose whole interval is below 1 / (1 + threshold)",
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1, description="of the interval of the ratio")
+    confidence: float = Field(
+        0.99,
+        gt=0.5,
+        lt=1,
+        description="of the run's verdicts together: a change that touches no benchmark is called a "
+        "regression or an improvement at most 1 - confidence of the time",
+    )
     min_rounds: int = Field(
         6, ge=6, description="fewer paired rounds than this give no verdict, whatever the interval"
     )
@@ -121,10 +134,11 @@ class Comparison(Model):
     verdict: Verdict
     reason: str = Field(description="one line a user understands: why this verdict")
     rounds: int = Field(0, description="paired rounds measured (warm-up excluded)")
+    processes: int = Field(0, description="process pairs the rounds came from")
     base_median: float | None = Field(None, description="seconds per call, median over rounds")
     head_median: float | None = None
     ratio: float | None = Field(
-        None, description="head/base: the ratio of the medians of each side's fastest rounds"
+        None, description="head/base: over the process pairs, of each side's fastest rounds"
     )
     low: float | None = Field(None, description="the interval's lower end, as a ratio")
     high: float | None = None
@@ -141,7 +155,8 @@ def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) 
     """Failure only for a significant regression past the threshold, and only when it blocks.
 
     A regression that does not block is neutral, named in the title; significant improvements with
-    no regression are a success; anything else (within noise, too few rounds, errors) is neutral.
+    no regression are a success; anything else (no change, inconclusive, too few rounds, errors) is
+    neutral.
     """
     count = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
     percent = f"{threshold:.0%}"
@@ -151,7 +166,9 @@ def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) 
             return Outcome(conclusion="failure", title=slower)
         return Outcome(conclusion="neutral", title=f"{slower} (not blocking)")
     notes = [
-        f"{_n(count[v], 'benchmark')} {v.value}" for v in (Verdict.TOO_FEW_ROUNDS, Verdict.ERROR) if count[v]
+        f"{_n(count[v], 'benchmark')} {v.value}"
+        for v in (Verdict.INCONCLUSIVE, Verdict.TOO_FEW_ROUNDS, Verdict.ERROR)
+        if count[v]
     ]
     if count[Verdict.IMPROVEMENT]:
         faster = f"{_n(count[Verdict.IMPROVEMENT], 'benchmark')} faster by more than {percent}"

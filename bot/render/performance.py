@@ -13,14 +13,24 @@ from bot.core.perf import BenchmarkSamples, Comparison, Outcome, PerformanceResu
 from bot.render import markdown as md
 from bot.render.phrases import details
 
-ORDER = [Verdict.REGRESSION, Verdict.ERROR, Verdict.TOO_FEW_ROUNDS, Verdict.IMPROVEMENT, Verdict.WITHIN_NOISE]
+ORDER = [
+    Verdict.REGRESSION,
+    Verdict.ERROR,
+    Verdict.IMPROVEMENT,
+    Verdict.INCONCLUSIVE,
+    Verdict.TOO_FEW_ROUNDS,
+    Verdict.NO_CHANGE,
+]
 SHOWN = {
     Verdict.REGRESSION: "❌ regression",
     Verdict.IMPROVEMENT: "✅ improvement",
-    Verdict.WITHIN_NOISE: "within noise",
+    Verdict.NO_CHANGE: "no change",
+    Verdict.INCONCLUSIVE: "inconclusive",
     Verdict.TOO_FEW_ROUNDS: "too few rounds",
     Verdict.ERROR: "⚠️ error",
 }
+# Always listed, however many: what a reviewer must see is never behind an "… and N more".
+ALWAYS = (Verdict.REGRESSION, Verdict.ERROR, Verdict.IMPROVEMENT)
 MAX_ROWS = 50
 MAX_CHARTS = 3
 MAX_POINTS = 60
@@ -51,32 +61,38 @@ def performance_section(
     rerun: str | None = None,
 ) -> str:
     """The section as Markdown; ``rerun`` is the command that repeats the comparison locally."""
-    rows = sorted(comparisons, key=lambda c: ORDER.index(c.verdict))
+    ordered = sorted(comparisons, key=lambda c: ORDER.index(c.verdict))
+    must = [c for c in ordered if c.verdict in ALWAYS]
+    rows = must + [c for c in ordered if c.verdict not in ALWAYS][: max(0, MAX_ROWS - len(must))]
     lines = [
         "### Performance",
         "",
-        f"Base and head in alternating rounds on the same machine, in one run; a regression is a ratio whose "
-        f"whole {confidence:.0%} interval is above {1 + threshold:.2f}.",
+        f"Base and head processes in alternating rounds on the same machine, in one run. A regression is a "
+        f"ratio whose whole interval is above {1 + threshold:.2f}; the intervals are over the process pairs "
+        f"and hold together at {confidence:.0%} for the run's {len(comparisons)} benchmarks "
+        "(Benjamini–Hochberg): a change that touches none is flagged at most "
+        f"{1 - confidence:.0%} of the time.",
         "",
-        "| # | benchmark | base | head | head/base (interval) | verdict | rounds |",
+        "| # | benchmark | base | head | head/base (interval) | verdict | rounds (process pairs) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for number, c in enumerate(rows[:MAX_ROWS], start=1):
-        verdict = SHOWN[c.verdict]
-        if c.verdict is Verdict.ERROR:
-            verdict += ": " + md.cell(c.reason[:200])
+    for number, c in enumerate(rows, start=1):
         lines.append(
             f"| {number} | {md.code(c.name, in_table=True)} | {duration(c.base_median)} | "
-            f"{duration(c.head_median)} | {ratio(c)} | {verdict} | {c.rounds} |"
+            f"{duration(c.head_median)} | {ratio(c)} | {verdict_cell(c, threshold)} | {c.rounds} ({c.processes}) |"
         )
-    if len(rows) > MAX_ROWS:
-        lines += [
-            "",
-            md.text(f"… and {len(rows) - MAX_ROWS} more benchmarks, all within noise or too few rounds."),
-        ]
+    if len(rows) < len(ordered):
+        listed = {id(c) for c in rows}
+        left = [c for c in ordered if id(c) not in listed]
+        counts = ", ".join(
+            f"{sum(c.verdict is v for c in left)} {v.value}"
+            for v in ORDER
+            if any(c.verdict is v for c in left)
+        )
+        lines += ["", md.text(f"… and {len(left)} more benchmarks: {counts}.")]
     by_name = {(s.kind, s.name): s for s in samples}
     charted = 0
-    for number, c in enumerate(rows[:MAX_ROWS], start=1):
+    for number, c in enumerate(rows, start=1):
         bench = by_name.get((c.kind, c.name))
         if c.verdict is not Verdict.REGRESSION or bench is None or charted == MAX_CHARTS:
             continue
@@ -85,6 +101,16 @@ def performance_section(
     if rerun:
         lines += ["", "Run the same comparison locally:", "", md.fence(rerun, "sh")]
     return "\n".join(lines)
+
+
+def verdict_cell(c: Comparison, threshold: float) -> str:
+    """The verdict in words, with what it rests on where the word alone would mislead."""
+    shown = SHOWN[c.verdict]
+    if c.verdict is Verdict.NO_CHANGE:
+        return f"{shown} (within ±{threshold:.0%})"
+    if c.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.TOO_FEW_ROUNDS):
+        return f"{shown}: {md.cell(c.reason[:200])}"
+    return shown
 
 
 def rounds_chart(bench: BenchmarkSamples) -> str:
@@ -117,14 +143,19 @@ def rounds_chart(bench: BenchmarkSamples) -> str:
 
 def check_text(result: Outcome, comparisons: list[Comparison]) -> tuple[str, str]:
     """The check run's title and summary: its title says the outcome, the summary lists the rest."""
-    listed = [c for c in comparisons if c.verdict is not Verdict.WITHIN_NOISE]
+    listed = sorted(
+        (c for c in comparisons if c.verdict is not Verdict.NO_CHANGE), key=lambda c: ORDER.index(c.verdict)
+    )
+    shown = [c for c in listed if c.verdict in ALWAYS]
+    shown += [c for c in listed if c.verdict not in ALWAYS][: max(0, MAX_ROWS - len(shown))]
     lines = [
-        f"- {md.code(c.name)}: {SHOWN[c.verdict]}, {ratio(c)} — {md.text(c.reason[:300])}"
-        for c in sorted(listed, key=lambda c: ORDER.index(c.verdict))[:MAX_ROWS]
+        f"- {md.code(c.name)}: {SHOWN[c.verdict]}, {ratio(c)} — {md.text(c.reason[:300])}" for c in shown
     ]
+    if len(shown) < len(listed):
+        lines.append(f"- {len(listed) - len(shown)} more inconclusive or too few rounds")
     quiet = len(comparisons) - len(listed)
     if quiet:
-        lines.append(f"- {quiet} more within noise")
+        lines.append(f"- {quiet} more with no change")
     return md.plain(result.title), "\n".join(lines) or "No benchmark was compared."
 
 

@@ -1,8 +1,10 @@
 """paritybot's A/B benchmark driver, run inside the run's image beside two checkouts.
 
 Standard library only, valid on Python 3.8. Injected by paritybot as ``paritybot_perf_driver.py``
-next to ``paritybot_perf_pytest.py`` (the pytest plugin, which imports the worker half of this
-file)::
+next to its helpers (``paritybot_perf_worker``: the half that runs inside each benchmark process;
+``paritybot_perf_asv``: asv suites; ``paritybot_perf_process``: one process as the driver sees it;
+``paritybot_perf_command``: what a command prints) and ``paritybot_perf_pytest.py`` (the pytest
+plugin)::
 
     python3 -I paritybot_perf_driver.py SPEC OUT     compare base and head as SPEC says, write OUT
     python3 paritybot_perf_driver.py asv-worker DIR  (internal) one side's asv benchmarks
@@ -21,6 +23,9 @@ Warm-up rounds are discarded. Only the driver decides when anything is timed, so
 neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
 side; its own samples' median is the round's value.
 
+(About 550 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
+place; what need not be here is in the helpers.)
+
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
 first, or the error that stopped it; paritybot's statistics (runner/perf/stats.py) read it.
 """
@@ -30,364 +35,32 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
-
-with contextlib.suppress(ImportError):  # not on every system; then no round is known to be preempted
-    import resource
 import subprocess
 import sys
 import time
 
+# Run with ``python3 -I``, which leaves the script's directory off the path: its helpers lie there,
+# and nothing else of the run does.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
+from paritybot_perf_command import parse_command_output
+from paritybot_perf_guard import Guard, harness_changes
+from paritybot_perf_process import Worker
+from paritybot_perf_sequential import decisive, look_budgets, pair_summaries
+from paritybot_perf_worker import PATHS_VARIABLE, selected
+from paritybot_perf_worker import clip as _clip
+
 VERSION = 1
 SIDES = ("base", "head")
-# Caps on what one benchmark process may send: the driver stays small whatever a PR prints.
-MAX_LINE = 1 << 16
 MAX_NAME = 300
-MAX_MESSAGE = 2000
 MAX_BENCHMARKS = 500
 COMMAND_OUTPUT_MAX = 4 << 20
-FDS_VARIABLE = "PARITYBOT_PERF_FDS"
-PATHS_VARIABLE = "PARITYBOT_PERF_PATHS"
 SCRIPT = os.path.abspath(__file__)
+LIB_DIR = os.path.dirname(SCRIPT)  # the driver's modules, and nothing of the run's
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
-CALIBRATE_S = 0.002
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
-
-
-# --- the worker half: runs inside each side's process ------------------------------------------
-
-
-class Channel:
-    """The worker's end of the two pipes the driver opened; JSON lines both ways."""
-
-    def __init__(self):
-        read_fd, write_fd = (int(fd) for fd in os.environ[FDS_VARIABLE].split(","))
-        self._read = os.fdopen(read_fd, "r", encoding="utf-8")
-        self._write = write_fd
-
-    def send(self, **message):
-        data = (json.dumps(message) + "\n").encode("utf-8")
-        while data:
-            data = data[os.write(self._write, data) :]
-
-    def receive(self):
-        line = self._read.readline()
-        return json.loads(line) if line else {"cmd": "stop"}
-
-
-def _cuda_sync():
-    # Asynchronous GPU work must be finished inside the timed interval; only a process that has
-    # already initialised CUDA can have any in flight, so nothing is imported or initialised here.
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-        except Exception:
-            pass
-
-
-def _preemptions():
-    """How often the scheduler has taken the CPU from this thread so far (Linux; 0 elsewhere)."""
-    try:
-        return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
-    except (AttributeError, NameError, OSError):
-        return 0
-
-
-def timer(call, setup=None):
-    """``timed(n)``: (seconds for ``n`` calls of ``call``, GPU work included; whether the scheduler
-    took the CPU away meanwhile). ``setup`` runs untimed."""
-
-    def timed(n):
-        args = setup() if setup is not None else None
-        _cuda_sync()
-        before = _preemptions()
-        start = time.perf_counter()
-        if args is None:
-            for _ in range(n):
-                call()
-        else:
-            for _ in range(n):
-                call(*args[0], **args[1])
-        _cuda_sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, _preemptions() != before
-
-    return timed
-
-
-def serve(channel, name, timed, fixed_n=None):
-    """Say ready, then calibrate or time one round per command, until told to stop.
-
-    The driver sends the commands to one process at a time, so no two processes ever time at once,
-    calibration included.
-    """
-    channel.send(ev="ready", name=name)
-    while True:
-        command = channel.receive()
-        if command.get("name", name) != name:
-            continue  # a stop meant for an earlier benchmark that ended in an error
-        what = command.get("cmd")
-        if what == "calibrate":
-            n, (elapsed, _) = 1, timed(1)
-            while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
-                n *= 10
-                elapsed, _ = timed(n)
-            # The fastest of three: a neighbour can only make a try slower.
-            elapsed = min([elapsed] + [timed(n)[0] for _ in range(2)])
-            channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
-        elif what == "run":
-            calls = fixed_n or int(command["n"])
-            rounds = [timed(calls) for _ in range(max(1, int(command.get("rounds", 1))))]
-            times = [elapsed for elapsed, _ in rounds]
-            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[p for _, p in rounds])
-        else:
-            return
-
-
-def foreign_imports():
-    """This side's own modules that were imported from elsewhere (an installed copy), with where.
-
-    A package that exists in the checkout but comes from site-packages would make both sides run
-    the same code, and a "no difference" that means nothing.
-    """
-    roots = [os.path.realpath(p) for p in os.environ.get(PATHS_VARIABLE, "").split(os.pathsep) if p]
-    inside = tuple(root + os.sep for root in roots)
-    found = set()
-    # A src layout whose src/ is not on the side's paths is the usual way to import an installed copy.
-    for root in roots + [os.path.join(r, "src") for r in roots]:
-        try:
-            entries = os.listdir(root)
-        except OSError:
-            continue
-        for entry in entries:
-            name = entry[:-3] if entry.endswith(".py") else entry
-            if not (entry.endswith(".py") or os.path.isfile(os.path.join(root, entry, "__init__.py"))):
-                continue
-            where = getattr(sys.modules.get(name), "__file__", None)
-            if where and not os.path.realpath(where).startswith(inside):
-                found.add(f"{name} from {where}")
-    return sorted(found)[:20]
-
-
-def describe(exc):
-    text = f"{type(exc).__name__}: {exc}"
-    return text[:MAX_MESSAGE]
-
-
-# --- asv: discovery and one side's worker, with asv's own naming and semantics ------------------
-
-
-def _strip_comments(text):
-    # asv.conf.json allows // comments on their own lines.
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
-
-
-def asv_benchmark_dir(config_path):
-    with open(config_path, encoding="utf-8") as fh:
-        config = json.loads(_strip_comments(fh.read()))
-    return os.path.join(os.path.dirname(config_path) or ".", config.get("benchmark_dir", "benchmarks"))
-
-
-def _asv_modules(bench_dir):
-    import importlib
-    import pkgutil
-
-    parent, package = os.path.split(os.path.abspath(bench_dir))
-    sys.path.insert(0, parent)
-    pending = [package]
-    while pending:
-        module = importlib.import_module(pending.pop(0))
-        yield module
-        if getattr(module, "__path__", None):
-            pending[:0] = [
-                name for _, name, _ in pkgutil.iter_modules(module.__path__, module.__name__ + ".")
-            ]
-
-
-def _asv_params(owner):
-    params = getattr(owner, "params", None)
-    if params is None:
-        return [()]
-    if not params or not isinstance(params[0], (list, tuple)):
-        params = [params]  # asv: a single list is one parameter
-    combos: list = [()]
-    for values in params:
-        combos = [(*c, v) for c in combos for v in values]
-    return combos
-
-
-def asv_benchmarks(bench_dir):
-    """name → (owner, attribute name, params): asv's ``time_*`` benchmarks, named as asv names them."""
-    import inspect
-
-    found = {}
-    for module in _asv_modules(bench_dir):
-        prefix = module.__name__.split(".", 1)[1:]
-        for attr, value in list(vars(module).items()):
-            if attr.startswith("_"):
-                continue
-            if inspect.isclass(value) and not inspect.isabstract(value):
-                members = [(m, f) for m, f in inspect.getmembers(value) if inspect.isfunction(f)]
-                base = [*prefix, value.__name__]
-                owner = value
-            elif inspect.isfunction(value):
-                members, base, owner = [(attr, value)], prefix, module
-            else:
-                continue
-            for member, func in members:
-                if not member.startswith("time_") or getattr(func, "skip_benchmark", False):
-                    continue
-                name = ".".join([*base, member] if owner is value else [*base, attr])
-                source = func if owner is module else owner
-                for combo in _asv_params(source):
-                    label = name + ("({})".format(", ".join(repr(v) for v in combo)) if combo else "")
-                    found[label] = (owner, member, combo)
-    return found
-
-
-def _asv_timed(owner, member, combo, caches):
-    import inspect
-
-    args = list(combo)
-    if inspect.isclass(owner):
-        instance = owner()
-        setup_cache = getattr(instance, "setup_cache", None)
-        if setup_cache is not None:
-            if owner not in caches:
-                caches[owner] = setup_cache()
-            args.insert(0, caches[owner])
-        target, holder = getattr(instance, member), instance
-    else:
-        target, holder = getattr(owner, member), owner
-    setup = getattr(holder, "setup", None) if holder is not owner or inspect.isclass(owner) else None
-    if not inspect.isclass(owner):
-        setup = getattr(target, "setup", None) or getattr(owner, "setup", None)
-    teardown = getattr(target, "teardown", None) or getattr(holder, "teardown", None)
-    if setup is not None:
-        setup(*args)
-    number = getattr(target, "number", None) or getattr(holder, "number", 0) or None
-    return timer(lambda: target(*args)), (lambda: teardown(*args)) if teardown else None, number
-
-
-def asv_worker(bench_dir):
-    channel = Channel()
-    caches: dict = {}
-    try:
-        found = asv_benchmarks(bench_dir)
-    except Exception as exc:
-        channel.send(ev="fatal", message="the asv suite did not import: " + describe(exc))
-        return 1
-    channel.send(ev="collected", names=sorted(found), foreign=foreign_imports())
-    for name in channel.receive().get("names", []):
-        if name not in found:
-            channel.send(ev="error", name=name, message="no such benchmark on this side")
-        else:
-            try:
-                owner, member, combo = found[name]
-                timed, teardown, number = _asv_timed(owner, member, combo, caches)
-                try:
-                    serve(channel, name, timed, number)
-                finally:
-                    if teardown is not None:
-                        teardown()
-            except NotImplementedError:
-                channel.send(ev="error", name=name, message="skipped: setup raised NotImplementedError")
-            except Exception as exc:
-                channel.send(ev="error", name=name, message=describe(exc))
-        channel.send(ev="done", name=name)
-    return 0
-
-
-# --- the driver half ------------------------------------------------------------------------
-
-
-class Worker:
-    """One side's benchmark process and the pipes to it."""
-
-    def __init__(self, side, tag, argv, spec_side, env, scratch):
-        self.side = side
-        self.log_path = os.path.join(scratch, tag + ".log")
-        to_worker, self._cmd = os.pipe()
-        self._events, from_worker = os.pipe()
-        env = dict(env, **{FDS_VARIABLE: f"{to_worker},{from_worker}"})
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=spec_side["root"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(to_worker, from_worker),
-            )
-        os.close(to_worker)
-        os.close(from_worker)
-        self._buffer = b""
-        self.lost = False
-        self.pinned = False
-
-    def send(self, **message):
-        # A process that is gone says so with its next event.
-        with contextlib.suppress(OSError):
-            os.write(self._cmd, (json.dumps(message) + "\n").encode("utf-8"))
-
-    def receive(self, timeout):
-        """The next event, ``{"ev": "timeout"}`` or ``{"ev": "exit"}``; what is not JSON is skipped."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                try:
-                    event = json.loads(line.decode("utf-8"))
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    return event
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return {"ev": "timeout"}
-            ready, _, _ = select.select([self._events], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self._events, 65536)
-            if not chunk:
-                self.proc.wait()
-                return {"ev": "exit", "code": self.proc.returncode}
-            self._buffer += chunk
-            if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
-                self._buffer = b""  # an endless line is nobody's message
-
-    def stop(self, timeout=10.0):
-        self.send(cmd="stop")
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self):
-        # The benchmark processes stay in the driver's process group, so a runner that stops the
-        # step (timeout, cancel) stops them too; here only the one process is stopped.
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        self.proc.wait()
-
-    def close(self):
-        for fd in (self._cmd, self._events):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def log_tail(self, chars=1500):
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - chars))
-                return fh.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
 
 
 def _side_env(spec, side, lib_dir):
@@ -406,25 +79,17 @@ def _side_env(spec, side, lib_dir):
     return env
 
 
-def selected(name, names):
-    """Whether a selection (None: everything) takes this benchmark: by its name, or by a file or a
-    test that contains it (``tests/test_x.py`` takes ``tests/test_x.py::test_y[1]``)."""
-    if names is None:
-        return True
-    return any(name == n or name.startswith(n + "::") or name.startswith(n + "[") for n in names)
-
-
 def other(side):
     return "head" if side == "base" else "base"
 
 
-def _clip(text, limit=MAX_MESSAGE):
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 class Driver:
     def __init__(self, spec, scratch, cpus=None):
+        # Before any process of the run starts: see paritybot_perf_guard.
+        own = [
+            os.path.join(LIB_DIR, f) for f in sorted(os.listdir(LIB_DIR)) if f.startswith("paritybot_perf")
+        ]
+        self.guard = Guard(spec["sides"]["base"]["root"], spec["sides"]["head"]["root"], own)
         self.spec = spec
         self.scratch = scratch
         self.cpus = cpus
@@ -433,10 +98,22 @@ class Driver:
         self.errors = []
         self.discovered = {}
         self.warnings = []
+        self.skipped = []  # benchmarks their own setup skipped (asv: NotImplementedError)
+        self.family = 1  # the benchmarks of the run, whose comparisons are held together
+        self.saved = 0.0  # measuring time decisive benchmarks left to undecided ones
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
         return asv_benchmark_dir(os.path.join(root, kind.get("config", "asv.conf.json")))
+
+    def _asv_config_read(self, kind):
+        """Whether both sides' asv configuration reads; an error per side that does not."""
+        for side in SIDES:
+            try:
+                self._asv_dir(kind, side)
+            except ConfigError as exc:
+                self.errors.append({"kind": "asv", "side": side, "message": _clip(str(exc))})
+        return not any(e["kind"] == "asv" for e in self.errors)
 
     def _worker_argv(self, kind, side):
         python = self.spec["sides"][side].get("python", "python3")
@@ -448,6 +125,8 @@ class Driver:
 
     def run_kind(self, kind):
         """Start every process at once; each lists its side's benchmarks; the common ones are run."""
+        if kind["kind"] == "asv" and not self._asv_config_read(kind):
+            return
         slots = [(side, k) for k in range(self.spec["processes"]) for side in SIDES]
         workers = {slot: self._start(kind, slot) for slot in slots}
         try:
@@ -462,6 +141,7 @@ class Driver:
             # A selection names pytest tests; the other kinds run whole.
             names = self.spec.get("names") if kind["kind"] == "pytest" else None
             remaining = [n for n in found["head"] if n in base and selected(n, names)]
+            self.family = len(self.results) + len(remaining)
             for worker in workers.values():
                 worker.send(cmd="plan", names=remaining)
             while remaining:
@@ -471,9 +151,14 @@ class Driver:
                         workers[slot] = self._start(kind, slot)
                         self._await(workers[slot], None, ("collected",), self.spec["timeout_s"])
                         workers[slot].send(cmd="plan", names=remaining)
+                if not self.guard.check(time.monotonic()):
+                    return
                 name = remaining.pop(0)
                 result = self._measure(kind, name, workers)
-                self.results.append(result)
+                if result.pop("skipped", None):
+                    self.skipped.append(name)
+                else:
+                    self.results.append(result)
                 for slot in slots:
                     error = self._finish(workers[slot], name)
                     if error and not result["error"]:
@@ -559,7 +244,7 @@ class Driver:
         timeout = spec["timeout_s"]
         result = {"kind": kind["kind"], "name": name, "unit": "s", "rounds": [], "warmup": 0, "error": None}
         estimates, fixed = [], None
-        for step, expected in (("ready", ("ready",)), ("calibrate", ("calibrated",))):
+        for step, expected in (("ready", ("ready", "skipped")), ("calibrate", ("calibrated",))):
             for (side, _), worker in sorted(workers.items()):
                 if step == "calibrate":
                     self._pin(worker)
@@ -567,6 +252,9 @@ class Driver:
                 event = self._await(worker, name, expected, timeout)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
+                    return result
+                if event["ev"] == "skipped":
+                    result["skipped"] = side
                     return result
                 if step == "calibrate":
                     estimates.append(float(event.get("estimate") or 0.0))
@@ -580,14 +268,25 @@ class Driver:
         # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
         # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
         per_turn = max(1, int(TURN_S / (n * estimate)))
-        started, spent, turn = time.monotonic(), 0.0, 0
+        # Looks at a doubling schedule of measured time; the last at the budget, plus what earlier,
+        # decisive benchmarks left (up to as much again), so time goes where the answer is open.
+        extra = min(self.saved, spec["max_time_s"])
+        self.saved -= extra
+        looks = look_budgets(spec["max_time_s"])
+        looks[-1] += extra
+        started, spent, turn, looked = time.monotonic(), 0.0, 0, 0
         rounds = result["rounds"]
+        result["looks"] = len(looks)
         while len(rounds) < spec["max_rounds"]:
-            # Enough once the benchmark's time is spent in measured rounds, or, on a machine so busy
-            # that each round waits for the CPU, once twice that has passed.
-            late = time.monotonic() - started >= 2 * spec["max_time_s"]
-            if len(rounds) >= spec["min_rounds"] and (spent >= spec["max_time_s"] or late):
+            # On a machine so busy that each round waits for the CPU: enough once twice the budget
+            # has passed.
+            late = time.monotonic() - started >= 2 * looks[-1]
+            if late and len(rounds) >= spec["min_rounds"]:
                 break
+            if self._covered(rounds, pairs) and spent >= looks[looked]:
+                looked += 1
+                if looked == len(looks) or self._decisive(rounds, len(looks)):
+                    break
             pair = turn % pairs
             first = SIDES[(turn // pairs) % 2]
             warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
@@ -615,7 +314,20 @@ class Driver:
                     result["preempted"] += 1
                 else:
                     rounds.append({"base": base, "head": head, "first": first, "process": pair})
+        self.saved += max(0.0, spec["max_time_s"] + extra - spent)
         return result
+
+    def _covered(self, rounds, pairs):
+        """Enough rounds to look: the minimum, and some from every process pair."""
+        return len(rounds) >= self.spec["min_rounds"] and len({r["process"] for r in rounds}) >= pairs
+
+    def _decisive(self, rounds, looks):
+        """Whether the interval is decisive at this look, each look held to 1/looks of the error
+        and the run's error shared by its benchmarks (the strictest share: the verdict's is no
+        stricter, so what is decisive here stays so)."""
+        alpha = self.spec["error"] / max(1, self.family) / looks
+        summaries = pair_summaries([(r["process"], r["base"], r["head"]) for r in rounds])
+        return decisive(summaries, alpha, self.spec["threshold"])
 
     def _pin(self, worker):
         """Pin every thread of a benchmark process once it is set up (it started on every CPU)."""
@@ -678,7 +390,8 @@ class Driver:
                     result["error"] = {"side": broken[0], "message": _clip(message)}
                     result["rounds"] = []
                     break
-                result["rounds"].append(dict(pair, first=first))
+                # Each run of the command is a process of its own: its pair of runs is one summary.
+                result["rounds"].append(dict(pair, first=first, process=len(result["rounds"])))
             self.results.append(result)
 
     def _command_round(self, kind, side):
@@ -710,62 +423,53 @@ class Driver:
 
     # The run ---------------------------------------------------------------------------------
 
+    def _warn_harness(self):
+        """Name the files the change edits that run during the measurement besides the measured code."""
+        dirs = [a for k in self.spec["kinds"] if k["kind"] == "pytest" for a in k.get("args", [])]
+        for kind in (k for k in self.spec["kinds"] if k["kind"] == "asv"):
+            with contextlib.suppress(ConfigError):
+                root = self.spec["sides"]["head"]["root"]
+                dirs.append(os.path.relpath(self._asv_dir(kind, "head"), root))
+        changed = harness_changes(
+            self.spec["sides"]["base"]["root"], self.spec["sides"]["head"]["root"], dirs
+        )
+        if changed:
+            names = ", ".join(changed[:15]) + (f" and {len(changed) - 15} more" if len(changed) > 15 else "")
+            self.warnings.append(
+                _clip(
+                    "this change edits files that run during the measurement besides the measured code "
+                    f"(they can bias it; review them): {names}",
+                    1500,
+                )
+            )
+
     def run(self):
+        self._warn_harness()
         for kind in self.spec["kinds"]:
             if kind["kind"] == "command":
                 self.run_command(kind)
             else:
                 self.run_kind(kind)
-
-
-UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_command_output(text, side):
-    """The last line of ``text`` that is a JSON object with ``benchmarks``; name → median seconds."""
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(document, dict) and isinstance(document.get("benchmarks"), list):
-            return _command_values(document["benchmarks"]), None
-    return {}, "the command printed no JSON line with benchmarks on " + side
-
-
-def _command_values(entries):
-    values = {}
-    for entry in entries[:MAX_BENCHMARKS]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            continue
-        name = entry["name"][:MAX_NAME]
-        if entry.get("error") is not None:
-            values[name] = "the benchmark reported an error: " + _clip(entry["error"], 500)
-            continue
-        scale = UNITS.get(entry.get("unit", "s"))
-        samples = entry.get("samples")
-        if scale is None or not isinstance(samples, list):
-            values[name] = "unit must be one of s, ms, us, ns and samples a list of numbers"
-            continue
-        numbers = sorted(float(s) * scale for s in samples if isinstance(s, (int, float)) and s > 0)
-        if not numbers:
-            values[name] = "no positive sample"
-            continue
-        mid = len(numbers) // 2
-        values[name] = numbers[mid] if len(numbers) % 2 else (numbers[mid - 1] + numbers[mid]) / 2
-    return values
+            if not self.guard.check(time.monotonic(), force=True):
+                return
+        if self.skipped:
+            names = ", ".join(self.skipped[:10]) + (
+                f" and {len(self.skipped) - 10} more" if len(self.skipped) > 10 else ""
+            )
+            self.warnings.append(
+                _clip(f"skipped by their own setup (NotImplementedError), not compared: {names}", 600)
+            )
 
 
 DEFAULTS = {
-    "processes": 4,
+    "processes": 8,
     "warmup": 1,
     "min_rounds": 10,
     "max_rounds": 200,
     "round_time_s": 0.002,
     "max_time_s": 1.2,
+    "threshold": 0.03,
+    "error": 0.01,
     "timeout_s": 300.0,
     "cpus": None,
     "gpu": None,
@@ -812,8 +516,16 @@ def main(spec_path, out_path):
         "errors": driver.errors,
         "discovered": driver.discovered,
         "warnings": driver.warnings[:20],
+        "tampered": driver.guard.broken,
     }
-    with open(out_path, "w", encoding="utf-8") as fh:
+    if driver.guard.broken:
+        report["benchmarks"] = []  # measured against a reference that was changed: worth nothing
+    # Whatever stands at OUT now (a file or a link a process of the run left) is replaced, never
+    # written through.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(out_path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(out_path, flags, 0o644), "w", encoding="utf-8") as fh:
         json.dump(report, fh)
     return 0
 

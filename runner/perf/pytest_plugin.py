@@ -1,6 +1,7 @@
 """paritybot's pytest plugin for A/B benchmarks; injected as ``paritybot_perf_pytest.py``.
 
-Loaded with ``-p`` by the driver (``paritybot_perf_driver.py``) in each side's pytest process:
+Loaded with ``-p`` by the driver (``paritybot_perf_driver.py``) in each side's pytest process;
+the worker half it uses is ``paritybot_perf_worker.py``:
 
 * It replaces pytest's run loop: after collection (and the project's own deselection) it tells the
   driver which tests use the ``benchmark`` fixture, and runs the ones the driver plans, in the
@@ -20,7 +21,7 @@ import os
 import sys
 import types
 
-import paritybot_perf_driver as driver
+import paritybot_perf_worker as worker
 import pytest
 
 
@@ -46,7 +47,7 @@ class BenchmarkFixture:
         def call():
             result[:] = [function(*args, **kwargs)]
 
-        driver.serve(self._channel, self.name, driver.timer(call))
+        worker.serve(self._channel, self.name, worker.timer(call))
         return result[0] if result else None
 
     def pedantic(self, target, args=(), kwargs=None, setup=None, rounds=1, warmup_rounds=0, iterations=1):
@@ -64,7 +65,7 @@ class BenchmarkFixture:
         def call(*a, **k):
             result[:] = [target(*a, **k)]
 
-        driver.serve(self._channel, self.name, driver.timer(call, prepare), fixed_n=int(iterations))
+        worker.serve(self._channel, self.name, worker.timer(call, prepare), fixed_n=int(iterations))
         return result[0] if result else None
 
 
@@ -72,7 +73,7 @@ class _Run:
     """The state of the planned run: the channel, and what happened to the current test."""
 
     def __init__(self):
-        self.channel = driver.Channel()
+        self.channel = worker.Channel()
         self.fixture = None
         self.failures = []
         self.collect_errors = {}
@@ -111,7 +112,7 @@ def pytest_sessionstart(session):
     holder = types.ModuleType("paritybot_perf_fixture")
     setattr(holder, "benchmark", pytest.fixture(name="benchmark")(_benchmark))  # noqa: B010
     manager.register(holder, "paritybot-perf-fixture")
-    if os.environ.get(driver.FDS_VARIABLE):
+    if os.environ.get(worker.FDS_VARIABLE):
         _run = _Run()
 
 
@@ -142,7 +143,7 @@ def pytest_runtestloop(session):
     # What failed to collect is said too: a benchmark module that does not import on either side
     # would otherwise drop out of the comparison unseen.
     broken = dict(list(_run.collect_errors.items())[:10])
-    _run.channel.send(ev="collected", names=names, foreign=driver.foreign_imports(), broken=broken)
+    _run.channel.send(ev="collected", names=names, foreign=worker.foreign_imports(), broken=broken)
     planned = _run.channel.receive().get("names", [])
     for index, name in enumerate(planned):
         item = items.get(name)
@@ -153,7 +154,7 @@ def pytest_runtestloop(session):
             _run.fixture, _run.failures = None, []
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=later[0] if later else None)
             if _run.failures:
-                _run.channel.send(ev="error", name=name, message=driver._clip("; ".join(_run.failures)))
+                _run.channel.send(ev="error", name=name, message=worker.clip("; ".join(_run.failures)))
             elif _run.fixture is None or not _run.fixture.called:
                 _run.channel.send(
                     ev="error", name=name, message="the test did not call the benchmark fixture"
@@ -189,8 +190,8 @@ def _error_line(text):
     """The line that says what went wrong: pytest's last ``E`` line, else the last line."""
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     marked = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return driver._clip((marked or lines or ["(no message)"])[-1])
+    return worker.clip((marked or lines or ["(no message)"])[-1])
 
 
 def _last_lines(text, count=12):
-    return driver._clip("\n".join(str(text).strip().splitlines()[-count:]))
+    return worker.clip("\n".join(str(text).strip().splitlines()[-count:]))

@@ -22,10 +22,19 @@ from bot.core.models import Selection
 from bot.core.perf import DriverReport
 from runner.backends.base import SCRATCH_DIR, Step, StepResult
 from runner.git import export_commit
-from runner.perf.driver_script import selected
+from runner.perf.worker import selected
 
 DRIVER_MODULE = "paritybot_perf_driver"
 PLUGIN_MODULE = "paritybot_perf_pytest"
+# Injected beside the driver under these module names: the driver imports them from its directory.
+HELPER_MODULES = {
+    "paritybot_perf_worker": "worker.py",
+    "paritybot_perf_asv": "asv_suite.py",
+    "paritybot_perf_command": "command_output.py",
+    "paritybot_perf_process": "process.py",
+    "paritybot_perf_sequential": "sequential.py",
+    "paritybot_perf_guard": "guard.py",
+}
 PERF_DIR = f"{SCRATCH_DIR}/perf"
 SPEC_PATH = f"{PERF_DIR}/spec.json"
 RESULTS_PATH = f"{PERF_DIR}/results.json"
@@ -62,7 +71,7 @@ class PerfPlan(BaseModel):
     sides: dict[Literal["base", "head"], SideSpec]
     kinds: list[BenchmarkKindSpec]
     processes: int = Field(
-        4, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
+        8, ge=1, le=16, description="processes per side; rounds go to each pair in turn (layout effects)"
     )
     warmup: int = Field(1, ge=0, le=50, description="rounds per pair of processes run first and discarded")
     min_rounds: int = Field(10, ge=1, le=1000)
@@ -71,7 +80,14 @@ class PerfPlan(BaseModel):
         0.002, gt=0, description="time one round aims at on one side: short, so few are preempted"
     )
     max_time_s: float = Field(
-        1.2, gt=0, description="per benchmark, both sides, unless min_rounds needs more"
+        1.2,
+        gt=0,
+        description="per benchmark, both sides, unless min_rounds needs more; less once decisive, up "
+        "to twice as much for an undecided one from what decisive ones left",
+    )
+    threshold: float = Field(0.03, gt=0, lt=10, description="what decisive means: see PerfThresholds")
+    error: float = Field(
+        0.01, gt=0, lt=0.5, description="the run's error (1 - confidence), spread over benchmarks and looks"
     )
     timeout_s: float = Field(300.0, gt=0, description="for one round, or one side's set-up of a benchmark")
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
@@ -101,6 +117,8 @@ def plan_from_settings(
         kinds=kinds or [BenchmarkKindSpec(kind="pytest")],
         processes=settings.processes,
         max_time_s=settings.max_time_s,
+        threshold=settings.threshold,
+        error=1 - settings.confidence,
         cpus=settings.cpus,
         names=names,
     )
@@ -120,12 +138,10 @@ def why_selected(name: str, selection: Selection) -> list[str]:
 
 @cache
 def driver_files() -> dict[str, str]:
-    """The driver and its pytest plugin, as injected: module name → source."""
+    """The driver, its helpers and its pytest plugin, as injected: module name → source."""
     package = resources.files("runner.perf")
-    return {
-        DRIVER_MODULE: package.joinpath("driver_script.py").read_text(encoding="utf-8"),
-        PLUGIN_MODULE: package.joinpath("pytest_plugin.py").read_text(encoding="utf-8"),
-    }
+    files = {DRIVER_MODULE: "driver_script.py", PLUGIN_MODULE: "pytest_plugin.py", **HELPER_MODULES}
+    return {module: package.joinpath(file).read_text(encoding="utf-8") for module, file in files.items()}
 
 
 def perf_step(plan: PerfPlan, *, timeout_s: float = 3600.0, network: bool = False) -> Step:
@@ -176,7 +192,10 @@ def parse_results(result: StepResult) -> DriverReport:
             f"the benchmark driver wrote no results ({result.describe_failure()}) {tail[0][:200]}"
         )
     try:
-        return DriverReport.model_validate(json.loads(text))
+        report = DriverReport.model_validate(json.loads(text))
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0][:200]
         raise PerfRunError(f"the benchmark results could not be read: {first}") from None
+    if report.tampered:
+        raise PerfRunError(report.tampered)
+    return report
