@@ -181,7 +181,11 @@ def test_counts_are_test_items_and_agree_everywhere_on_a_failing_run(tmp_path: P
 def test_tests_that_use_tmp_path_leave_nothing_in_the_temp_dir(tmp_path: Path) -> None:
     # pytest's own temp directories (pytest-of-USER/) go with the run's working tree.
     repo = GitRepo(tmp_path / "project")
-    uses_tmp = "def test_writes(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert (tmp_path / 'f').exists()\n"
+    # It reads the project's code too: a map where no test runs a line of the project is not kept.
+    uses_tmp = (
+        "from pkg.mod import X\n\n\n"
+        "def test_writes(tmp_path):\n    (tmp_path / 'f').write_text(str(X))\n    assert (tmp_path / 'f').exists()\n"
+    )
     bench = "def test_write(benchmark, tmp_path):\n    benchmark((tmp_path / 'f').write_text, 'x')\n"
     repo.commit(
         {

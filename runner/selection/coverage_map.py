@@ -112,9 +112,11 @@ class CoverageMap(BaseModel):
         return line in set(self.import_lines.get(path, ()))
 
     def source_files(self) -> list[str]:
-        """Files of the project, other than the tests' own, that some test ran a line of."""
+        """Files of the project, other than the tests' own, that the session ran a line of: in a
+        test, or while a test module imported it (a test may only read a module's constants)."""
         test_files = {t.split("::")[0] for t in self.tests}
-        return [path for path in self.files if path not in test_files]
+        ran = {*self.files, *self.import_lines, *self.imported_by}
+        return sorted(path for path in ran if path not in test_files)
 
     def knows(self, path: str) -> bool:
         """Whether the map has any record of the file (run by a test or while importing)."""
