@@ -31,10 +31,12 @@ from bot.core.models import (
     RunState,
     SelectedTest,
     Selection,
+    TestCaseResult,
     TestOutcome,
     TestsResult,
 )
 from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigger
+from bot.core.verdict import fails_the_change
 from runner.backends.base import (
     ProcessLedger,
     Runner,
@@ -43,6 +45,17 @@ from runner.backends.base import (
     RunnerRequest,
     RunRefused,
     Step,
+)
+from runner.checks.attribution import (
+    FAILING,
+    BaseOutcomes,
+    TestHistory,
+    attribute,
+    from_record,
+    merged,
+    recorded,
+    recording,
+    run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
 from runner.checks.precommit import run_precommit
@@ -57,6 +70,7 @@ from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES_DIR,
     PerfRunError,
+    export_base,
     export_sides,
     parse_results,
     perf_step,
@@ -100,6 +114,8 @@ class PipelineDeps:
     check run can complete before the tests end. It gets a copy; its failure never stops the run."""
     processes: ProcessLedger | None = None
     """Where the host runner records the process group of each step."""
+    history: TestHistory | None = None
+    """Other runs' test outcomes (the service's store): known flaky tests, the default branch's record."""
 
 
 class Cancelled(Exception):
@@ -125,6 +141,8 @@ class Pipeline:
         self._runner: Runner | None = None
         self._cancelled = asyncio.Event()
         self._perf: PerformanceResult | None = None  # set when this run compares benchmarks
+        self._base_root: str | None = None  # the merge base's tree in the workspace, for attribution
+        self._base_note = ""  # why failures cannot be run on the base, when they cannot
 
     async def cancel(self) -> None:
         self._cancelled.set()
@@ -167,6 +185,7 @@ class Pipeline:
             if req.kind == RunKind.PULL_REQUEST:
                 # Before the first step: a container gets its copy of the workspace then.
                 await asyncio.to_thread(self._prepare_performance, workspace)
+                await asyncio.to_thread(self._prepare_attribution, workspace)
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -346,6 +365,55 @@ class Pipeline:
         except (PerfRunError, GitError, OSError) as exc:
             self._perf.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
+    def _prepare_attribution(self, ws: Workspace) -> None:
+        """Lay the merge base's tree out in the workspace, for running the failing tests there."""
+        cfg = self.config
+        if not (cfg.checks.tests and cfg.tests.attribute_on_base) or ws.base_sha is None:
+            return
+        try:
+            self._base_root = export_base(ws.path, ws.base_sha)
+        except (PerfRunError, GitError, OSError) as exc:
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            self._base_note = f"the failing tests cannot be run on the merge base: {first}"
+
+    async def _attribute(
+        self, ws: Workspace, results: list[TestCaseResult]
+    ) -> tuple[list[TestCaseResult], str]:
+        """The results with each failure's cause, measured on the merge base; and a note when
+        that could not be measured (those failures stay new)."""
+        assert self._runner is not None
+        failing = [r.nodeid for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        if not failing or ws.base_sha is None or not self.config.tests.attribute_on_base:
+            return results, ""
+        history = self.deps.history
+        base: BaseOutcomes | None = None
+        record = await history.failing_at(ws.base_sha) if history is not None else None
+        if record is not None:  # the default branch's run on the merge base itself: no rerun needed
+            base = from_record(record, failing)
+            failing = [n for n in failing if n not in base.results]
+        if failing and self._base_root is not None:
+            ran = await run_on_base(
+                self._runner,
+                ws.path,
+                ws.base_sha,
+                self._base_root,
+                failing,
+                self.config.tests,
+                timeout_s=self.environment.step_timeout_minutes * 60,
+                network=self.environment.network.tests,
+                env=dict(self.environment.env),
+            )
+            self._check_cancelled()
+            base = ran if base is None else merged(base, ran)
+        still = [
+            n
+            for n in failing
+            if base is None or n not in base.results or base.results[n].outcome not in FAILING
+        ]
+        seen = await history.flaky_elsewhere(still) if history is not None and still else {}
+        note = base.note if base is not None else self._base_note if failing else ""
+        return attribute(results, base, seen), note
+
     async def _performance(
         self, result: PerformanceResult, report: RunReport, ws: Workspace
     ) -> PerformanceResult:
@@ -454,16 +522,20 @@ class Pipeline:
                 status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
             )
         self._check_cancelled()
-        bad = [r for r in run.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
-        return TestsResult(
-            status=CheckStatus.FAILED if bad else CheckStatus.PASSED,
+        results, note = await self._attribute(ws, run.results)
+        tests = TestsResult(
+            status=CheckStatus.PASSED,
             selection=selection,
-            results=run.results,
+            results=results,
+            pre_existing_fails=self.config.tests.pre_existing == "failure",
+            attribution_note=note,
             selected=run.selected,
             deselected=run.deselected,
             not_found=run.not_found,
             not_collected=run.not_collected,
         )
+        tests.status = CheckStatus.FAILED if fails_the_change(tests) else CheckStatus.PASSED
+        return tests
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.
@@ -507,9 +579,10 @@ class Pipeline:
         if error is not None:
             report.error = error
             return
-        step = coverage_step(self.config.tests, timeout_s=self.environment.timeout_minutes * 60)
+        step = recording(coverage_step(self.config.tests, timeout_s=self.environment.timeout_minutes * 60))
         result = await self._runner.run(step, ws.path)
         self._check_cancelled()
+        report.tests = recorded(result)  # which tests fail on this commit: answers "already failing"
         try:
             cmap = coverage_map_from_step(result, ws.head_sha)
         except CoverageMapError as exc:

@@ -179,6 +179,15 @@ class TestOutcome(StrEnum):
     SKIPPED = "skipped"
 
 
+class FailureCause(StrEnum):
+    """Whose failure a test's failure at the head is, as measured (docs/reporting.md)."""
+
+    NEW = "new"  # passes on the merge base, or the base does not have it: this change broke it
+    ON_BASE = "on-base"  # fails on the merge base with the same error: not caused by this change
+    ON_BASE_DIFFERENTLY = "on-base-differently"  # fails on the base too, with another error
+    KNOWN_FLAKY = "known-flaky"  # seen failing elsewhere (other changes, the default branch) and passing
+
+
 class TestCaseResult(Model):
     __test__ = False
     nodeid: str
@@ -187,6 +196,13 @@ class TestCaseResult(Model):
     message: str = Field("", description="the first lines of the error")
     attempts: int = 1
     repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
+    cause: FailureCause | None = Field(
+        None, description="a failing test's attribution; None: not attributed (no base to run it on)"
+    )
+    base_message: str = Field("", description="the error on the merge base, when it fails there too")
+    seen_failing: list[str] = Field(
+        default_factory=list, description="links to other runs where this test failed (known flaky)"
+    )
 
 
 class CollectionError(Model):
@@ -214,6 +230,10 @@ class TestsResult(Model):
     not_collected: list[CollectionError] = Field(
         default_factory=list, description="test modules outside the selection that could not be collected"
     )
+    pre_existing_fails: bool = Field(
+        False, description="tests.pre_existing: failure — failures this change did not cause fail it too"
+    )
+    attribution_note: str = Field("", description="why failures were not, or only partly, attributed")
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)

@@ -23,7 +23,7 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from bot.core.verdict import Verdict, failing_tests
+from bot.core.verdict import Verdict, failing_tests, pre_existing_failures
 from bot.render import markdown as md
 from bot.render.comment_sections import comment_parts
 from bot.render.fit import fit
@@ -262,13 +262,15 @@ def _tests_bits(tests: TestsResult) -> list[str]:
         bits.append(f"❌ {counted(failing, 'test')} failed")
     elif tests.status == CheckStatus.FAILED:
         bits.append("❌ tests failed")
+    if pre := len(pre_existing_failures(tests)):
+        bits.append(f"🟠 {pre:,} failing not caused by this change")
     if flaky:
         bits.append(f"⚠️ {flaky:,} flaky")
     if tests.status == CheckStatus.ERROR:
         bits.append("❗ tests could not finish")
     elif tests.status == CheckStatus.CANCELLED:
         bits.append("⏹️ tests cancelled")
-    elif not failing and tests.status == CheckStatus.PASSED:
+    elif not failing and not pre and tests.status == CheckStatus.PASSED:
         bits.append(f"✅ {counted(passed, 'test')} passed" if passed else "➖ no tests selected")
     return bits
 

@@ -265,6 +265,19 @@ async def _run_attempt(
     raise TestRunError(f"pytest kept refusing the node ids:\n{_tail(result.output)}", result.output)
 
 
+async def run_ids(
+    runner: Runner,
+    workspace: Path,
+    step_for: Callable[[list[str] | None, str], Step],
+    ids: list[str],
+    junit: str,
+) -> list[JUnitCase] | None:
+    """One run of the named tests (``step_for`` builds the step), as :func:`run_tests` makes each
+    attempt: ids pytest cannot find are dropped and it is retried. ``None``: cancelled."""
+    attempt = await _run_attempt(runner, workspace, step_for, ids, junit, selected=True)
+    return None if attempt is None else attempt.cases
+
+
 def _read_counts(text: str | None) -> _Counts | None:
     """The plugin's counts; none when pytest stopped before collection ended, or they are garbled."""
     if text is None:
