@@ -7,16 +7,25 @@ named as such, shown with the base's error, and leaves the exit code at 0; a fla
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cli_run import run_cli
 from gitrepo import GitRepo
+from sample_repo import tool_env
 
+from bot.core.config import parse_repo_config
 from bot.core.kinds import CheckKind, Stage
-from bot.core.models import FailureCause, RunReport, TestOutcome
+from bot.core.models import FailureCause, RunKind, RunReport, RunRequest, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
 from bot.render.comment import render_comment
+from bot.service.store.records import Job, TestRunRecord
+from bot.service.store.sqlite import SQLiteStore
+from bot.service.test_history import StoreHistory, record_tests
+from runner.backends.base import RunnerRequest
+from runner.backends.host import HostRunner
 from runner.checks.attribution import same_error
+from runner.pipeline import Pipeline, PipelineDeps
 
 CONFIG = """\
 checks: {precommit: false, docstrings: false}
@@ -170,3 +179,95 @@ def test_an_error_is_the_same_when_only_addresses_and_line_numbers_moved() -> No
     base = "ValueError: <Thing at 0x55aa01>\ntests/test_x.py:9: ValueError"
     assert same_error(head, base)
     assert not same_error("assert 'head' == 'expected'", "assert 'base' == 'expected'")
+
+
+async def _pipeline_run(tmp_path: Path, repo: GitRepo, store: SQLiteStore) -> RunReport:
+    async def host(request: RunnerRequest) -> HostRunner:
+        return HostRunner(env=tool_env())
+
+    deps = PipelineDeps(
+        runner_factory=host,
+        workspace_root=tmp_path / "ws",
+        cache_root=tmp_path / "cache",
+        history=StoreHistory(store, "octo/lib", "default", 12),
+    )
+    base, head = repo.git("rev-parse", "main"), repo.git("rev-parse", "feature")
+    request = RunRequest(
+        repo="octo/lib", pr_number=12, clone_url=str(repo.path), head_sha=head, base_sha=base
+    )
+    config = parse_repo_config(CONFIG)
+    return await Pipeline(request, config, config.default_environment(), "run-1", deps).execute()
+
+
+async def test_a_test_flaky_on_other_changes_is_known_flaky_with_links(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, breaks=True)
+    store = SQLiteStore(tmp_path / "bot.db")
+    elsewhere = "https://github.com/octo/lib/runs/99"
+    store.record_test_run(
+        TestRunRecord("j-99", "octo/lib", "default", 3, "f" * 40, elsewhere, ((NEW, "flaky", "E"),))
+    )
+    # This pull request's own flaky runs never make a test known flaky.
+    own = "https://github.com/octo/lib/runs/98"
+    store.record_test_run(
+        TestRunRecord("j-98", "octo/lib", "default", 12, "e" * 40, own, ((ADDED, "flaky", "E"),))
+    )
+
+    report = await _pipeline_run(tmp_path, repo, store)
+
+    assert report.tests is not None, report.error
+    by_id = {r.nodeid: r for r in report.tests.results}
+    assert by_id[NEW].cause == FailureCause.KNOWN_FLAKY and by_id[NEW].seen_failing == [elsewhere]
+    assert by_id[ADDED].cause == FailureCause.NEW
+    [tests_run] = [o for o in render_check_runs(report) if o.kind == CheckKind.TESTS]
+    assert "Known flaky" in tests_run.summary and f"[run 1]({elsewhere})" in tests_run.summary
+
+
+async def test_the_default_branchs_record_of_the_merge_base_answers_without_a_rerun(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, breaks=True)
+    store = SQLiteStore(tmp_path / "bot.db")
+    base = repo.git("rev-parse", "main")
+    # The record says test_double fails on the base (a run there would say it passes): it is believed.
+    recorded = "assert 3 == 4"
+    url = "https://github.com/octo/lib/commit/" + base
+    store.record_test_run(
+        TestRunRecord("j-1", "octo/lib", "default", None, base, url, ((NEW, "failed", recorded),))
+    )
+
+    report = await _pipeline_run(tmp_path, repo, store)
+
+    assert report.tests is not None, report.error
+    by_id = {r.nodeid: r for r in report.tests.results}
+    # Its error there is the record's: another error than the head's (assert 6 == 4).
+    assert by_id[NEW].cause == FailureCause.ON_BASE_DIFFERENTLY and by_id[NEW].base_message == recorded
+    assert by_id[SAME].cause == FailureCause.ON_BASE  # not in the record: run on the base as before
+
+
+async def test_a_run_on_the_default_branch_records_which_tests_fail_there(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, breaks=False)
+    base = repo.git("rev-parse", "main")
+    store = SQLiteStore(tmp_path / "bot.db")
+
+    async def host(request: RunnerRequest) -> HostRunner:
+        return HostRunner(env=tool_env())
+
+    deps = PipelineDeps(runner_factory=host, workspace_root=tmp_path / "ws", cache_root=tmp_path / "cache")
+    request = RunRequest(repo="octo/lib", kind=RunKind.BASELINE, clone_url=str(repo.path), head_sha=base)
+    config = parse_repo_config(CONFIG.replace("use_coverage_map: false", "use_coverage_map: true"))
+    report = await Pipeline(request, config, config.default_environment(), "run-1", deps).execute()
+    job = Job(
+        id="j-main",
+        queue="q",
+        repo="octo/lib",
+        pr_number=None,
+        head_sha=base,
+        environment="default",
+        request=request,
+        state=RunState.SUCCEEDED,
+        created_at=datetime.now(UTC),
+    )
+    await record_tests(store, job, report)
+
+    record = store.failing_at("octo/lib", "default", base)
+    # One attempt each: the flaky test's first attempt fails there too.
+    assert record is not None and set(record) == {SAME, DIFFERENT, FLAKY_ID}, report.error
+    assert "the base is broken here" in record[SAME]

@@ -28,7 +28,9 @@ from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.test_history import StoreHistory, record_tests
 from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
+from runner.checks.attribution import TestHistory
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
@@ -116,6 +118,7 @@ class RunExecutor:
             cache_root=self.cache_root,
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
+            history=StoreHistory(self.store, job.repo, job.environment, job.pr_number),
         )
 
 
@@ -129,6 +132,7 @@ async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) 
         and report.state == RunState.SUCCEEDED
     ):
         await asyncio.to_thread(store.save_baseline, job.repo, job.environment, report.probe)
+    await record_tests(store, job, report)  # the history: known flaky tests, the default branch's record
     if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
         return
     failed = sorted(
@@ -165,6 +169,7 @@ async def run_pipeline(
     cache_root: Path,
     progress: Callable[[RunReport], Awaitable[None]] | None = None,
     processes: ProcessLedger | None = None,
+    history: TestHistory | None = None,
 ) -> RunReport:
     """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
     container) and ends it cancelled."""
@@ -183,6 +188,7 @@ async def run_pipeline(
         attempt=job.attempts,
         progress=progress,
         processes=processes,
+        history=history,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
     run = asyncio.create_task(pipeline.execute())
