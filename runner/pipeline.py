@@ -58,6 +58,7 @@ from runner.checks.attribution import (
     run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
+from runner.checks.ordering import changed_test_files, failure_first
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
@@ -505,6 +506,7 @@ class Pipeline:
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
         if self.environment.network.tests:
             report.networked_steps.append("tests")
+        order = await self._failure_first(ws, selection)
         try:
             run = await run_tests(
                 self._runner,
@@ -515,6 +517,7 @@ class Pipeline:
                 timeout_s=self.environment.step_timeout_minutes * 60,
                 network=self.environment.network.tests,
                 env=dict(self.environment.env),
+                order=order,
             )
         except TestRunError as exc:
             self._check_cancelled()
@@ -536,6 +539,16 @@ class Pipeline:
         )
         tests.status = CheckStatus.FAILED if fails_the_change(tests) else CheckStatus.PASSED
         return tests
+
+    async def _failure_first(self, ws: Workspace, selection: Selection) -> list[str]:
+        """The order the tests run in: most likely to fail first (runner/checks/ordering.py)."""
+        recent = await self.deps.history.recently_failed() if self.deps.history is not None else set()
+        changed: set[str] = set()
+        if ws.base_sha is not None:
+            changed = await asyncio.to_thread(
+                changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
+            )
+        return failure_first(selection, changed, recent)
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.

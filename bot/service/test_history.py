@@ -38,6 +38,12 @@ class StoreHistory:
     async def failing_at(self, sha: str) -> dict[str, str] | None:
         return await asyncio.to_thread(self.store.failing_at, self.repo, self.environment, sha)
 
+    async def recently_failed(self) -> set[str]:
+        if self.pr_number is None:
+            return set()
+        state = await asyncio.to_thread(self.store.pull_state, self.repo, self.pr_number)
+        return set(state.failed_tests.get(self.environment, []))
+
 
 def run_url(job: Job) -> str:
     """Where a reader sees the run: its tests check run, else its pull request, else its commit."""

@@ -54,6 +54,10 @@ class TestHistory(Protocol):
         """The default branch's record of ``sha``: failing node id → error; None: no record."""
         ...
 
+    async def recently_failed(self) -> set[str]:
+        """The tests that failed in this pull request's previous run (they are run first)."""
+        ...
+
 
 @dataclass
 class BaseOutcomes:

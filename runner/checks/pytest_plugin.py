@@ -13,6 +13,9 @@ runs in the project's own environment.
   removed. A module outside the selection that cannot even be collected (an optional dependency
   missing) is no error of this run: it is left out and listed, so it is neither a failure nor
   silence.
+- With ``--paritybot-order FILE`` (node ids, one per line, most likely to fail first), the kept
+  tests run in that order: each at the place of the first id that names it, pytest's own order
+  among equals and after them. Which tests run never changes (:mod:`runner.checks.ordering`).
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
 - With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
@@ -51,6 +54,7 @@ class _State:
         self.deselected = 0
         self.not_collected: list[dict[str, str]] = []
         self.root = ""  # where pytest was started: the selected ids are relative to it
+        self.order: dict[str, int] = {}  # node id → its place in the order file
 
 
 _STATE = _State()
@@ -60,6 +64,9 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritybot")
     group.addoption("--paritybot-selection", default=None, help="run only the tests these node ids name")
     group.addoption("--paritybot-counts", default=None, help="write the run's counts here (JSON)")
+    group.addoption(
+        "--paritybot-order", default=None, help="run the tests these node ids name first, in order"
+    )
     group.addoption("--paritybot-timeout", type=float, default=None, help="per-test timeout (pytest-timeout)")
 
 
@@ -77,6 +84,13 @@ def pytest_configure(config):
             ids = [line.strip() for line in fh if line.strip()]
         _STATE.selection = {i if "::" in i else i.rstrip("/") for i in ids}
         _STATE.places = tuple(sorted({i.split("::")[0].rstrip("/") for i in ids}))
+        _STATE.root = str(config.invocation_params.dir)
+    order = config.getoption("paritybot_order")
+    if order:
+        with open(order, encoding="utf-8") as fh:
+            ids = [line.strip() for line in fh if line.strip()]
+        for place, nodeid in enumerate(ids):
+            _STATE.order.setdefault(nodeid if "::" in nodeid else nodeid.rstrip("/"), place)
         _STATE.root = str(config.invocation_params.dir)
 
 
@@ -129,13 +143,24 @@ def _names(nodeid: str):
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         item.user_properties.append((NODEID_PROPERTY, item.nodeid))
-    if _STATE.selection is None:
-        return
+    if _STATE.selection is not None:
+        _keep_selected(config, items, _STATE.selection)
+    if _STATE.order:
+        items[:] = sorted(items, key=_place)  # stable: pytest's order among equals
+
+
+def _place(item) -> int:
+    rest = item.nodeid.split("::", 1)[1:]
+    places = [_STATE.order[n] for n in _names("::".join([_relative(item.path), *rest])) if n in _STATE.order]
+    return min(places) if places else len(_STATE.order)
+
+
+def _keep_selected(config, items, selection: set[str]) -> None:
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         rest = item.nodeid.split("::", 1)[1:]
-        hits = [n for n in _names("::".join([_relative(item.path), *rest])) if n in _STATE.selection]
+        hits = [n for n in _names("::".join([_relative(item.path), *rest])) if n in selection]
         _STATE.matched.update(hits)
         (keep if hits else drop).append(item)
     items[:] = keep

@@ -39,6 +39,7 @@ JUNIT_PATH = f"{SCRATCH_DIR}/junit.xml"
 PLUGIN_MODULE = "paritybot_pytest"
 PLUGIN_PATH = f"{SCRATCH_DIR}/{PLUGIN_MODULE}.py"
 SELECTION_PATH = f"{SCRATCH_DIR}/selection.txt"
+ORDER_PATH = f"{SCRATCH_DIR}/order.txt"
 COUNTS_PATH = f"{SCRATCH_DIR}/counts.json"
 COUNTS_MAX_BYTES = 1_000_000
 # With runner.checks.junit.MAX_CASES, this keeps the bot under 400 MiB for one report (measured:
@@ -117,6 +118,7 @@ def tests_step(
     *,
     paths: list[str] | None = None,
     selection: list[str] | None = None,
+    order: list[str] | None = None,
 ) -> Step:
     """One pytest invocation of ``nodeids``, or of ``paths`` keeping the ``selection`` (counted);
     neither: what the project's own configuration collects (counted)."""
@@ -136,11 +138,14 @@ def tests_step(
         f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
+        *(["--paritybot-order", ORDER_PATH] if order else []),
         *(nodeids if nodeids is not None else paths or []),
     ]
     inject = {PLUGIN_PATH: plugin_source()}
     if selection is not None:
         inject[SELECTION_PATH] = "".join(f"{nodeid}\n" for nodeid in selection)
+    if order:
+        inject[ORDER_PATH] = "".join(f"{nodeid}\n" for nodeid in order)
     return Step(
         name="tests",
         argv=["sh", "-c", _SCRIPT, "tests-step", junit_path, *args],
@@ -169,6 +174,7 @@ async def run_tests(
     timeout_s: float = 1800,
     network: bool = False,
     env: dict[str, str] | None = None,
+    order: list[str] | None = None,
 ) -> TestRun:
     """Run ``nodeids`` (``None``: the whole suite), rerun failures, return one result per test.
 
@@ -191,8 +197,10 @@ async def run_tests(
 
     def step_for(ids: list[str] | None, junit: str) -> Step:
         # The first attempt collects the test roots and keeps the selection; reruns name their tests.
-        chosen = selection if ids is None else None
-        return tests_step(ids, settings, junit, timeout_s, network, env, paths=paths, selection=chosen)
+        chosen, first = (selection, order) if ids is None else (None, None)
+        return tests_step(
+            ids, settings, junit, timeout_s, network, env, paths=paths, selection=chosen, order=first
+        )
 
     first = await _run_attempt(runner, workspace, step_for, None, JUNIT_PATH, selected=selection is not None)
     if first is None:
