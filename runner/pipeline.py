@@ -62,7 +62,8 @@ from runner.checks.ordering import changed_test_files, failure_first
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
-from runner.checks.testexec import TestRunError, run_tests
+from runner.checks.streaming import MIN_INTERVAL_S, POLL_S, LiveTail
+from runner.checks.testexec import LIVE_PATH, TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.parity import build_parity, reference_from_config
@@ -507,6 +508,8 @@ class Pipeline:
         if self.environment.network.tests:
             report.networked_steps.append("tests")
         order = await self._failure_first(ws, selection)
+        tail = LiveTail(ws.path / LIVE_PATH)
+        watcher = asyncio.ensure_future(self._stream_failures(report, selection, tail))
         try:
             run = await run_tests(
                 self._runner,
@@ -524,6 +527,8 @@ class Pipeline:
             return TestsResult(
                 status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
             )
+        finally:
+            watcher.cancel()  # the final result replaces what it said
         self._check_cancelled()
         results, note = await self._attribute(ws, run.results)
         tests = TestsResult(
@@ -539,6 +544,26 @@ class Pipeline:
         )
         tests.status = CheckStatus.FAILED if fails_the_change(tests) else CheckStatus.PASSED
         return tests
+
+    async def _stream_failures(self, report: RunReport, selection: Selection, tail: LiveTail) -> None:
+        """While the tests run: the failures so far, as progress (runner/checks/streaming.py) —
+        the first at once, then at most one update per MIN_INTERVAL_S; the final result replaces them."""
+        if self.deps.progress is None:
+            return
+        loop = asyncio.get_running_loop()
+        last, pending = -MIN_INTERVAL_S, False
+        while True:
+            await asyncio.sleep(POLL_S)
+            pending = await asyncio.to_thread(tail.read) or pending
+            if pending and loop.time() - last >= MIN_INTERVAL_S:
+                pending, last = False, loop.time()
+                so_far = TestsResult(
+                    status=CheckStatus.FAILED,
+                    selection=selection,
+                    results=list(tail.failed),
+                    in_progress=tail.progress(),
+                )
+                await self._progress(report.model_copy(update={"tests": so_far}))
 
     async def _failure_first(self, ws: Workspace, selection: Selection) -> list[str]:
         """The order the tests run in: most likely to fail first (runner/checks/ordering.py)."""

@@ -210,6 +210,14 @@ class CollectionError(Model):
     message: str = Field("", description="the last line of the error, e.g. ModuleNotFoundError: …")
 
 
+class TestsProgress(Model):
+    """How far a test step that is still running has got (its failures so far are the results)."""
+
+    __test__ = False
+    done: int = 0
+    total: int | None = None
+
+
 class TestsResult(Model):
     """The tests of one run. Every count is in pytest's test items: a selected class or function
     counts as the tests it holds, each parametrized case once."""
@@ -234,6 +242,9 @@ class TestsResult(Model):
         False, description="tests.pre_existing: failure — failures this change did not cause fail it too"
     )
     attribution_note: str = Field("", description="why failures were not, or only partly, attributed")
+    in_progress: TestsProgress | None = Field(
+        None, description="set while the tests still run: the results are the failures so far"
+    )
 
     def count(self, outcome: TestOutcome) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)

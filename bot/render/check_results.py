@@ -34,7 +34,7 @@ from bot.render.check_runs import (
     check_run_name,
     in_progress_title,
 )
-from bot.render.failure_groups import detail, grouped_lines
+from bot.render.failure_groups import detail, grouped_lines, so_far
 from bot.render.fit import fit_blocks
 from bot.render.performance import result_outcome, result_section
 from bot.render.phrases import (
@@ -265,7 +265,9 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
     failing = failing_tests(tests)
     flaky = flaky_tests(tests)
     counts = test_counts(tests) if tests_ran(tests) else "no test results"
-    if outcome is None:
+    if tests.in_progress is not None:
+        outcome = _Outcome("in_progress", None, so_far(tests))  # replaced by the final result
+    elif outcome is None:
         if failing or tests.status == CheckStatus.FAILED:
             outcome = _Outcome("completed", "failure", counts)
         elif pre_existing_failures(tests):
@@ -301,6 +303,8 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
             0, "### Last lines of the output\n\n" + md.fence(limits.truncate(tail, limits.CHECK_ERROR_CHARS))
         )
     annotations = [a for r in [*failing, *pre, *flaky] if (a := test_annotation(r)) is not None]
+    if tests.in_progress is not None:
+        annotations = []  # GitHub appends annotations on each update: the final result brings them
     return _check_output(
         report,
         CheckKind.TESTS,

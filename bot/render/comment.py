@@ -26,6 +26,7 @@ from bot.core.models import (
 from bot.core.verdict import Verdict, failing_tests, pre_existing_failures
 from bot.render import markdown as md
 from bot.render.comment_sections import comment_parts
+from bot.render.failure_groups import so_far
 from bot.render.fit import fit
 from bot.render.phrases import (
     about_line,
@@ -254,6 +255,8 @@ def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
 
 
 def _tests_bits(tests: TestsResult) -> list[str]:
+    if tests.in_progress is not None:
+        return [f"❌ {so_far(tests)}"]
     failing = len(failing_tests(tests))
     flaky = tests.count(TestOutcome.FLAKY)
     passed = tests.count(TestOutcome.PASSED)

@@ -103,3 +103,14 @@ def pre_existing_part(tests: TestsResult, where: str) -> Part | None:
     return Part(
         label="failures not caused by this change", priority=90, render=render, entries=cap, total=len(pre)
     )
+
+
+def so_far(tests: TestsResult) -> str:
+    """A running test step's line: ``1 failed so far, 140 of 200 still running``."""
+    progress = tests.in_progress
+    assert progress is not None
+    failed = f"{len(tests.results):,} failed so far"
+    if progress.total is None:
+        return f"{failed}, the rest still running"
+    left = max(progress.total - progress.done, 0)
+    return f"{failed}, {left:,} of {progress.total:,} still running"

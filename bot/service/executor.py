@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from bot.core.config import RepoConfig
+from bot.core.kinds import CheckKind
 from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
 from bot.render.check_runs import CheckRunOutput, render_in_progress_output
@@ -240,7 +241,13 @@ class EarlyResults:
             return
         if self.reporter is None or self.job.pr_number is None:
             return
-        done = [out for out in render_check_runs(report) if out.status == "completed"]
+        # Completed checks; and the tests while they run, once one failed (their failures so far).
+        streaming = report.tests is not None and report.tests.in_progress is not None
+        done = [
+            out
+            for out in render_check_runs(report)
+            if out.status == "completed" or (streaming and out.kind == CheckKind.TESTS)
+        ]
         previous = self._sending
         self._sending = asyncio.create_task(self._send(previous, done))
 

@@ -16,6 +16,9 @@ runs in the project's own environment.
 - With ``--paritybot-order FILE`` (node ids, one per line, most likely to fail first), the kept
   tests run in that order: each at the place of the first id that names it, pytest's own order
   among equals and after them. Which tests run never changes (:mod:`runner.checks.ordering`).
+- With ``--paritybot-live FILE``, each result is appended there as it happens (JSON lines: the
+  number of tests once collected, then one line per finished test, naming a failure), for the bot
+  to show the first failure while the rest still run (:mod:`runner.checks.streaming`).
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
 - With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -55,6 +59,8 @@ class _State:
         self.not_collected: list[dict[str, str]] = []
         self.root = ""  # where pytest was started: the selected ids are relative to it
         self.order: dict[str, int] = {}  # node id → its place in the order file
+        self.live: Any = None  # the open live file, when asked for
+        self.failed: set[str] = set()
 
 
 _STATE = _State()
@@ -64,6 +70,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritybot")
     group.addoption("--paritybot-selection", default=None, help="run only the tests these node ids name")
     group.addoption("--paritybot-counts", default=None, help="write the run's counts here (JSON)")
+    group.addoption("--paritybot-live", default=None, help="append each result here as it happens")
     group.addoption(
         "--paritybot-order", default=None, help="run the tests these node ids name first, in order"
     )
@@ -85,6 +92,9 @@ def pytest_configure(config):
         _STATE.selection = {i if "::" in i else i.rstrip("/") for i in ids}
         _STATE.places = tuple(sorted({i.split("::")[0].rstrip("/") for i in ids}))
         _STATE.root = str(config.invocation_params.dir)
+    live = config.getoption("paritybot_live")
+    if live:
+        _STATE.live = open(live, "w", encoding="utf-8")  # noqa: SIM115  (open for the whole session)
     order = config.getoption("paritybot_order")
     if order:
         with open(order, encoding="utf-8") as fh:
@@ -172,7 +182,25 @@ def pytest_deselected(items):
     _STATE.deselected += len(items)
 
 
+def _live(entry) -> None:
+    if _STATE.live is not None:
+        _STATE.live.write(json.dumps(entry) + "\n")
+        _STATE.live.flush()
+
+
+def pytest_runtest_logreport(report):
+    if _STATE.live is None:
+        return
+    if report.failed and report.nodeid not in _STATE.failed:
+        _STATE.failed.add(report.nodeid)
+        lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
+        _live({"failed": report.nodeid, "message": "\n".join(lines[-3:])[-500:]})
+    if report.when == "teardown":
+        _live({"done": 1})
+
+
 def pytest_collection_finish(session):
+    _live({"total": len(session.items)})
     path = session.config.getoption("paritybot_counts")
     if not path:
         return

@@ -40,6 +40,7 @@ PLUGIN_MODULE = "paritybot_pytest"
 PLUGIN_PATH = f"{SCRATCH_DIR}/{PLUGIN_MODULE}.py"
 SELECTION_PATH = f"{SCRATCH_DIR}/selection.txt"
 ORDER_PATH = f"{SCRATCH_DIR}/order.txt"
+LIVE_PATH = f"{SCRATCH_DIR}/live.jsonl"  # results as they happen: runner/checks/streaming.py
 COUNTS_PATH = f"{SCRATCH_DIR}/counts.json"
 COUNTS_MAX_BYTES = 1_000_000
 # With runner.checks.junit.MAX_CASES, this keeps the bot under 400 MiB for one report (measured:
@@ -139,6 +140,7 @@ def tests_step(
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
         *(["--paritybot-order", ORDER_PATH] if order else []),
+        *(["--paritybot-live", LIVE_PATH] if counted else []),
         *(nodeids if nodeids is not None else paths or []),
     ]
     inject = {PLUGIN_PATH: plugin_source()}
