@@ -44,7 +44,7 @@ from bot.core.models import RunRequest, TestOutcome  # noqa: E402
 from bot.core.verdict import Verdict, verdict  # noqa: E402
 from runner.backends.base import RunnerRequest  # noqa: E402
 from runner.backends.host import HostRunner  # noqa: E402
-from runner.checks.ordering import failure_first  # noqa: E402
+from runner.checks.ordering import coverage_breadth, failure_first  # noqa: E402
 from runner.checks.pytest_plugin import _names  # noqa: E402
 from runner.pipeline import Pipeline, PipelineDeps  # noqa: E402
 from runner.selection.coverage_map import coverage_map_from_step, coverage_step  # noqa: E402
@@ -104,7 +104,13 @@ def plugin_order(items: list[str], order: list[str]) -> list[str]:
 def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: argparse.Namespace) -> None:
     mutations = sel.make_mutations(proj.work, cmap, args.mutations, args.seed)
     rng = random.Random(args.seed)
-    rows: dict[str, list[float]] = {"failure-first": [], "pytest order": [], "random order": []}
+    rows: dict[str, list[float]] = {
+        "failure-first": [],
+        "failure-first without coverage breadth": [],
+        "pytest order": [],
+        "random order": [],
+    }
+    breadth = coverage_breadth(cmap)
     first_s: dict[str, list[float]] = {k: [] for k in rows}
     sizes: list[int] = []
     deadline = time.monotonic() + args.budget_s
@@ -128,8 +134,13 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
         )
         if not failing & set(items):
             continue  # the selection missed it (the selection benchmark counts those)
-        ours = plugin_order(items, failure_first(selection, set(), set()))
-        orders = {"failure-first": [ours], "pytest order": [items]}
+        ours = plugin_order(items, failure_first(selection, set(), set(), breadth))
+        plain = plugin_order(items, failure_first(selection, set(), set()))
+        orders = {
+            "failure-first": [ours],
+            "failure-first without coverage breadth": [plain],
+            "pytest order": [items],
+        }
         orders["random order"] = [rng.sample(items, len(items)) for _ in range(SHUFFLES)]
         for name, variants in orders.items():
             rows[name].append(statistics.mean(apfd(o, failing) for o in variants))

@@ -58,7 +58,7 @@ from runner.checks.attribution import (
     run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
-from runner.checks.ordering import changed_test_files, failure_first
+from runner.checks.ordering import changed_test_files, coverage_breadth, failure_first
 from runner.checks.precommit import run_precommit
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
@@ -86,7 +86,7 @@ from runner.selection.coverage_map import (
     coverage_map_from_step,
     coverage_step,
 )
-from runner.selection.pr import nothing_selected, select_tests
+from runner.selection.pr import nearest_map, nothing_selected, select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -568,12 +568,19 @@ class Pipeline:
     async def _failure_first(self, ws: Workspace, selection: Selection) -> list[str]:
         """The order the tests run in: most likely to fail first (runner/checks/ordering.py)."""
         recent = await self.deps.history.recently_failed() if self.deps.history is not None else set()
-        changed: set[str] = set()
-        if ws.base_sha is not None:
-            changed = await asyncio.to_thread(
-                changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
-            )
-        return failure_first(selection, changed, recent)
+        if ws.base_sha is None:
+            return failure_first(selection, set(), recent)
+        changed = await asyncio.to_thread(
+            changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
+        )
+        breadth = await asyncio.to_thread(self._coverage_breadth, ws.path, ws.base_sha)
+        return failure_first(selection, changed, recent, breadth)
+
+    def _coverage_breadth(self, repo: Path, base_sha: str) -> dict[str, int]:
+        if not self.config.tests.use_coverage_map:
+            return {}
+        cmap, _ = nearest_map(repo, base_sha, CoverageMapStore(self._coverage_dir()))
+        return coverage_breadth(cmap)
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.

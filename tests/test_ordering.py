@@ -15,9 +15,10 @@ from sample_repo import BROKEN_TEST, SUITE_SIZE, SampleRepo, git, make_sample_re
 from bot.core.config import TestSettings
 from bot.core.models import SelectedTest, Selection
 from runner.backends.host import HostRunner
-from runner.checks.ordering import changed_test_files, failure_first
+from runner.checks.ordering import changed_test_files, coverage_breadth, failure_first
 from runner.checks.repro import ReproContext
 from runner.checks.testexec import TestRun, run_tests
+from runner.selection.coverage_map import CoverageMap
 
 PARAM = "tests/test_text.py::test_shout_ends_with_bang"
 
@@ -79,4 +80,25 @@ def test_changed_tests_and_recent_failures_first_always_run_last(tmp_path: Path)
         "tests/test_a.py::test_a",
         "tests/test_b.py::test_b",
         "tests/test_smoke.py",
+    ]
+
+
+def test_among_the_selection_the_narrowest_coverage_runs_first() -> None:
+    cmap = CoverageMap(
+        tests=["tests/test_e2e.py::test_all", "tests/test_unit.py::test_one"],
+        files={"lib.py": {1: [0, 1], 2: [0], 3: [0]}, "cli.py": {1: [0]}},
+    )
+    breadth = coverage_breadth(cmap)
+    assert breadth == {"tests/test_e2e.py::test_all": 4, "tests/test_unit.py::test_one": 1}
+    selection = Selection(
+        tests=[
+            SelectedTest(nodeid="tests/test_e2e.py::test_all", reasons=["runs lib.py:1"]),
+            SelectedTest(nodeid="tests/test_new.py::test_x", reasons=["imports lib"]),
+            SelectedTest(nodeid="tests/test_unit.py::test_one", reasons=["runs lib.py:1"]),
+        ]
+    )
+    assert failure_first(selection, set(), set(), breadth) == [
+        "tests/test_unit.py::test_one",
+        "tests/test_e2e.py::test_all",
+        "tests/test_new.py::test_x",  # not in the map: after those it knows, in the selection's order
     ]
