@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import selection as sel  # noqa: E402  (the selection benchmark: projects, maps, mutations)
 
 from bot.core.config import RepoConfig, TestSettings  # noqa: E402
-from bot.core.models import RunRequest, TestOutcome  # noqa: E402
+from bot.core.models import RunRequest, RunScope, TestOutcome  # noqa: E402
 from bot.core.verdict import Verdict, verdict  # noqa: E402
 from runner.backends.base import RunnerRequest  # noqa: E402
 from runner.backends.host import HostRunner  # noqa: E402
@@ -171,7 +171,15 @@ async def check_pr(
     config = RepoConfig.model_validate(
         {"checks": {"precommit": False, "docstrings": False}, "tests": {"use_coverage_map": False}}
     )
-    request = RunRequest(repo="bench/project", pr_number=1, clone_url=str(work), head_sha=head, base_sha=base)
+    # The whole suite, as a project without a coverage map runs it for a change to a module every test imports.
+    request = RunRequest(
+        repo="bench/project",
+        pr_number=1,
+        clone_url=str(work),
+        head_sha=head,
+        base_sha=base,
+        scope=RunScope.ALL,
+    )
     report = await Pipeline(request, config, config.default_environment(), "bench", deps).execute()
     ours = verdict(report)
     assert report.tests is not None, report.error
@@ -226,6 +234,7 @@ def measure_broken_base(
         new = {t for t in found[0] - base_failing if "flaky" not in t}
         kinds["breaking" if new else "harmless"] += 1
         ours, today = asyncio.run(check_pr(proj.work, broken_base, head, env, scratch))
+        print(f"PR {i}: {len(new)} new failing tests; verdict {ours.value} (before: {today.value})")
         for name, v in (("ours", ours), ("today", today)):
             if not new and v == Verdict.FAIL:
                 counts[name]["false red"] += 1
@@ -291,6 +300,7 @@ def main() -> int:
     parser.add_argument("--prs", type=int, default=9)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget-s", type=float, default=360.0, help="for the ordering part")
+    parser.add_argument("--only", choices=["ordering", "broken-base"], default=None)
     args = parser.parse_args()
     import logging
 
@@ -298,8 +308,10 @@ def main() -> int:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     proj, base, cmap = prepare(args)
-    measure_ordering(proj, base, cmap, args)
-    measure_broken_base(proj, base, cmap, args)
+    if args.only != "broken-base":
+        measure_ordering(proj, base, cmap, args)
+    if args.only != "ordering":
+        measure_broken_base(proj, base, cmap, args)
     return 0
 
 
