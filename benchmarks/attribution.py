@@ -169,7 +169,10 @@ async def check_pr(
 
     deps = PipelineDeps(runner_factory=host, workspace_root=scratch / "ws", cache_root=scratch / "cache")
     config = RepoConfig.model_validate(
-        {"checks": {"precommit": False, "docstrings": False}, "tests": {"use_coverage_map": False}}
+        {
+            "checks": {"precommit": False, "docstrings": False},
+            "tests": {"use_coverage_map": False, "pytest_args": ["-p", "no:asyncio"]},
+        }
     )
     # The whole suite, as a project without a coverage map runs it for a change to a module every test imports.
     request = RunRequest(
@@ -183,6 +186,8 @@ async def check_pr(
     report = await Pipeline(request, config, config.default_environment(), "bench", deps).execute()
     ours = verdict(report)
     assert report.tests is not None, report.error
+    if ours == Verdict.ERROR:
+        print(f"  the run broke: {report.error or report.tests.message}"[:400])
     failing = any(r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR) for r in report.tests.results)
     today = Verdict.FAIL if failing else ours
     return ours, today
@@ -193,7 +198,8 @@ def measure_broken_base(
 ) -> None:
     """PRs on a base that already fails some tests and has flaky ones."""
     mutations = sel.make_mutations(proj.work, cmap, args.mutations + args.prs + 20, args.seed + 1)
-    env = {"PATH": f"{Path(args.python).parent}{os.pathsep}{os.environ.get('PATH', '')}", **proj.env}
+    # The bot's runs load the interpreter's plugins as a CI image would; pytest-asyncio stays out.
+    env = {"PATH": f"{Path(args.python).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     proj.git("checkout", "-q", "-B", "broken", base)
     breaker = None
     for m in mutations:  # the base's own breakage: a mutation that fails a few tests
@@ -215,9 +221,8 @@ def measure_broken_base(
     scratch = Path(tempfile.mkdtemp(prefix="attrbench-"))
     counts = {"ours": {"false red": 0, "missed": 0}, "today": {"false red": 0, "missed": 0}}
     kinds = {"breaking": 0, "harmless": 0}
-    others = [m for m in mutations if m.path != breaker.path or m.line != breaker.line]
-    # Changes to the broken module first: their selections include the tests already failing.
-    candidates = sorted(others, key=lambda m: m.path != breaker.path)
+    # A mutation's text is of the clean file: in the broken module it would undo the base's breakage.
+    candidates = [m for m in mutations if m.path != breaker.path]
     for i, m in enumerate(candidates[: args.prs]):
         proj.git("checkout", "-q", "-B", f"pr-{i}", broken_base)
         harmless = i % 3 == 2  # every third PR changes only a comment in a module the tests run
