@@ -16,7 +16,15 @@ from sample_repo import tool_env
 
 from bot.core.config import parse_repo_config
 from bot.core.kinds import CheckKind, Stage
-from bot.core.models import FailureCause, RunKind, RunReport, RunRequest, RunState, TestOutcome
+from bot.core.models import (
+    FailureCause,
+    RunKind,
+    RunReport,
+    RunRequest,
+    RunState,
+    TestCaseResult,
+    TestOutcome,
+)
 from bot.render.check_results import render_check_runs
 from bot.render.comment import render_comment
 from bot.service.store.records import Job, TestRunRecord
@@ -24,7 +32,7 @@ from bot.service.store.sqlite import SQLiteStore
 from bot.service.test_history import StoreHistory, record_tests
 from runner.backends.base import RunnerRequest
 from runner.backends.host import HostRunner
-from runner.checks.attribution import same_error
+from runner.checks.attribution import BaseOutcomes, attribute, same_error
 from runner.pipeline import Pipeline, PipelineDeps
 
 CONFIG = """\
@@ -271,3 +279,17 @@ async def test_a_run_on_the_default_branch_records_which_tests_fail_there(tmp_pa
     # One attempt each: the flaky test's first attempt fails there too.
     assert record is not None and set(record) == {SAME, DIFFERENT, FLAKY_ID}, report.error
     assert "the base is broken here" in record[SAME]
+
+
+def test_a_base_that_cannot_import_what_the_head_fails_on_is_no_proof_of_an_old_failure() -> None:
+    head = TestCaseResult(nodeid="t.py::t", outcome=TestOutcome.FAILED, message="assert 3 == 2")
+    no_build = TestCaseResult(
+        nodeid="t.py::t", outcome=TestOutcome.ERROR, message="ImportError: cannot import _C"
+    )
+    missing_dependency = "ModuleNotFoundError: No module named 'scipy'"
+    [changed] = attribute([head], BaseOutcomes(results={"t.py::t": no_build}))
+    assert changed.cause == FailureCause.NEW  # the base's tree lacks the build: not measured
+    both = head.model_copy(update={"message": missing_dependency})
+    on_base = no_build.model_copy(update={"message": missing_dependency})
+    [same] = attribute([both], BaseOutcomes(results={"t.py::t": on_base}))
+    assert same.cause == FailureCause.ON_BASE  # the same import error on both sides: already failing

@@ -34,6 +34,7 @@ FAILING = (TestOutcome.FAILED, TestOutcome.ERROR)
 RECORD_JUNIT = f"{SCRATCH_DIR}/junit-record.xml"  # the default branch's run: which tests fail there
 BASE_JUNIT = f"{SCRATCH_DIR}/junit-base.xml"  # relative to the base's checkout, where pytest runs
 MAX_ON_BASE = 500  # more failures than this: a broken head, the first ones are measured
+_IMPORT_ERROR = re.compile(r"\b(ModuleNotFoundError|ImportError)\b")
 # What varies between two runs of the same failure: object addresses, temporary paths, timings.
 _VOLATILE = [
     (re.compile(r"0x[0-9a-fA-F]+"), "0x…"),
@@ -98,12 +99,13 @@ def attribute(
             continue
         base = base or BaseOutcomes()
         on_base = base.results.get(r.nodeid)
-        if on_base is not None and on_base.outcome in FAILING:
-            cause = (
-                FailureCause.ON_BASE
-                if same_error(r.message, on_base.message)
-                else FailureCause.ON_BASE_DIFFERENTLY
-            )
+        same = on_base is not None and same_error(r.message, on_base.message)
+        if (
+            on_base is not None
+            and on_base.outcome in FAILING
+            and (same or not _cannot_import(on_base.message))
+        ):
+            cause = FailureCause.ON_BASE if same else FailureCause.ON_BASE_DIFFERENTLY
             out.append(r.model_copy(update={"cause": cause, "base_message": on_base.message}))
         elif r.nodeid not in base.absent and seen.get(r.nodeid):
             out.append(
@@ -112,6 +114,13 @@ def attribute(
         else:
             out.append(r.model_copy(update={"cause": FailureCause.NEW}))
     return out
+
+
+def _cannot_import(message: str) -> bool:
+    """Whether the base's error is that something did not import: on the base's tree that is often
+    the run's own doing (no compiled extension there, only the head's build), so it says nothing of
+    the test unless the head fails the same way."""
+    return _IMPORT_ERROR.search(message) is not None
 
 
 def base_step(
