@@ -7,7 +7,12 @@ the figure is the time from the run's start to the first progress report naming 
 (the tests check run's "1 failed so far"), against the time to the final result (which also reruns
 the failure and runs it on the merge base). Without streaming the first is the second.
 
-    python benchmarks/first_failure.py [--files 30] [--tests 100] [--sleep-ms 5]
+    python benchmarks/first_failure.py [--files 30] [--tests 100] [--sleep-ms 5] [--github]
+
+``--github``: instead, the real bot against the fake GitHub on the demo project. Its first run
+fails one test; then a push adds ``--files × --tests`` slow tests, and the figure is the time from
+that push's webhook to the fake GitHub's record of (a) the tests check run saying "1 failed so
+far" and (b) the final result. The test that failed in the previous run runs first.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 import structlog  # noqa: E402
 
@@ -96,13 +102,61 @@ async def measure(repo: Path, base: str, head: str, scratch: Path) -> tuple[floa
     return (first[0] if first else None), time.monotonic() - started, report
 
 
+async def on_github(files: int, tests: int, sleep_s: float) -> tuple[float, float]:
+    from botharness import REPO, BotHarness
+    from fakegithub import FakeGitHub
+    from finishing import FAST, finished, view
+    from serveproc import TESTS
+
+    body = "import time\n\nfrom calc import stats\n" + "".join(
+        f"\n\ndef test_{k}():\n    time.sleep({sleep_s})\n    assert stats\n" for k in range(files * tests)
+    )
+    with tempfile.TemporaryDirectory(prefix="firstfail-gh-") as tmp:
+        async with FakeGitHub() as fake:
+            bot = await BotHarness.create(fake, Path(tmp), settings=FAST)
+            fake.set_file(
+                REPO, ".github/paritybot.yml", "tests:\n  reruns: 0\n  use_coverage_map: false\n", ref="main"
+            )
+            try:
+                await bot.send("pull_request", bot.pr_event("opened"))
+                await bot.wait_for(
+                    "the first run", lambda: finished(view(fake, REPO, 7, bot.sample.head_sha)), timeout=300
+                )
+                head = bot.commit_on_feature("tests/test_zz_many.py", body, "many slow tests")
+                started = time.monotonic()
+                await bot.send("pull_request", bot.pr_event("synchronize", head_sha=head))
+
+                def streamed() -> bool:
+                    runs = view(fake, REPO, 7, head).runs.get(TESTS, [])
+                    return any("failed so far" in (s.get("output") or {}).get("title", "") for s in runs) or (
+                        bool(runs) and runs[-1].get("conclusion") == "failure"
+                    )
+
+                await bot.wait_for("the first failure", streamed, timeout=600)
+                first = time.monotonic() - started
+                await bot.wait_for("the result", lambda: finished(view(fake, REPO, 7, head)), timeout=600)
+                return first, time.monotonic() - started
+            finally:
+                await bot.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=30)
     parser.add_argument("--tests", type=int, default=100)
     parser.add_argument("--sleep-ms", type=float, default=5.0)
+    parser.add_argument("--github", action="store_true")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.github:
+        first_gh, final_gh = asyncio.run(on_github(args.files, args.tests, args.sleep_ms / 1000))
+        print(
+            f"{args.files * args.tests:,} slow tests added by the push; from its webhook to the fake GitHub's record:"
+        )
+        print("| first failure visible | final result | ratio |")
+        print("|---|---|---|")
+        print(f"| {first_gh:.1f} s | {final_gh:.1f} s | {first_gh / final_gh:.2f} |")
+        return 0
     with tempfile.TemporaryDirectory(prefix="firstfail-") as tmp:
         repo, base, head, broken = make_project(Path(tmp), args.files, args.tests, args.sleep_ms / 1000)
         first, final, report = asyncio.run(measure(repo, base, head, Path(tmp)))
