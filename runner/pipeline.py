@@ -3,6 +3,8 @@
 The pipeline knows the order of the steps and what each needs; the checks themselves live in
 their own modules. Everything it touches from outside (the runner backend, the clock, cached
 coverage maps, cancellation) is passed in, so the same code serves `serve`, `check` and the tests.
+It is longer than most modules because it wires every step; what a step decides lives with the
+step (e.g. whose failure it is: runner/checks/attribution.py; the order: ordering.py).
 """
 
 from __future__ import annotations
