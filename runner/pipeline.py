@@ -3,6 +3,8 @@
 The pipeline knows the order of the steps and what each needs; the checks themselves live in
 their own modules. Everything it touches from outside (the runner backend, the clock, cached
 coverage maps, cancellation) is passed in, so the same code serves `serve`, `check` and the tests.
+It is longer than most modules because it wires every step; what a step decides lives with the
+step (e.g. whose failure it is: runner/checks/attribution.py; the order: ordering.py).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from bot.core.models import (
     RunState,
     SelectedTest,
     Selection,
+    TestCaseResult,
     TestOutcome,
     TestsResult,
 )
 from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigger
+from bot.core.verdict import fails_the_change
 from runner.backends.base import (
     ProcessLedger,
     Runner,
@@ -44,12 +48,25 @@ from runner.backends.base import (
     RunRefused,
     Step,
 )
+from runner.checks.attribution import (
+    FAILING,
+    BaseOutcomes,
+    TestHistory,
+    attribute,
+    from_record,
+    merged,
+    recorded,
+    recording,
+    run_on_base,
+)
 from runner.checks.docstrings import check_docstrings
+from runner.checks.ordering import changed_test_files, coverage_breadth, failure_first
 from runner.checks.precommit import run_precommit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
-from runner.checks.testexec import TestRunError, run_tests
+from runner.checks.streaming import MIN_INTERVAL_S, POLL_S, LiveTail
+from runner.checks.testexec import LIVE_PATH, TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import same_files
 from runner.hints import setup_failure_hint
@@ -59,6 +76,7 @@ from runner.perf.stats import compare_all
 from runner.perf.step import (
     SIDES_DIR,
     PerfRunError,
+    export_base,
     export_sides,
     parse_results,
     perf_step,
@@ -73,7 +91,7 @@ from runner.selection.coverage_map import (
     coverage_map_from_step,
     coverage_step,
 )
-from runner.selection.pr import nothing_selected, select_tests
+from runner.selection.pr import nearest_map, nothing_selected, select_tests
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -97,6 +115,8 @@ class PipelineDeps:
     check run can complete before the tests end. It gets a copy; its failure never stops the run."""
     processes: ProcessLedger | None = None
     """Where the host runner records the process group of each step."""
+    history: TestHistory | None = None
+    """Other runs' test outcomes (the service's store): known flaky tests, the default branch's record."""
 
 
 class Cancelled(Exception):
@@ -122,6 +142,8 @@ class Pipeline:
         self._runner: Runner | None = None
         self._cancelled = asyncio.Event()
         self._perf: PerformanceResult | None = None  # set when this run compares benchmarks
+        self._base_root: str | None = None  # the merge base's tree in the workspace, for attribution
+        self._base_note = ""  # why failures cannot be run on the base, when they cannot
 
     async def cancel(self) -> None:
         self._cancelled.set()
@@ -164,6 +186,7 @@ class Pipeline:
             if req.kind == RunKind.PULL_REQUEST:
                 # Before the first step: a container gets its copy of the workspace then.
                 await asyncio.to_thread(self._prepare_performance, workspace)
+                await asyncio.to_thread(self._prepare_attribution, workspace)
             self._check_cancelled()
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
@@ -344,6 +367,55 @@ class Pipeline:
         except (PerfRunError, GitError, OSError) as exc:
             self._perf.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
+    def _prepare_attribution(self, ws: Workspace) -> None:
+        """Lay the merge base's tree out in the workspace, for running the failing tests there."""
+        cfg = self.config
+        if not (cfg.checks.tests and cfg.tests.attribute_on_base) or ws.base_sha is None:
+            return
+        try:
+            self._base_root = export_base(ws.path, ws.base_sha)
+        except (PerfRunError, GitError, OSError) as exc:
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            self._base_note = f"the failing tests cannot be run on the merge base: {first}"
+
+    async def _attribute(
+        self, ws: Workspace, results: list[TestCaseResult]
+    ) -> tuple[list[TestCaseResult], str]:
+        """The results with each failure's cause, measured on the merge base; and a note when
+        that could not be measured (those failures stay new)."""
+        assert self._runner is not None
+        failing = [r.nodeid for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
+        if not failing or ws.base_sha is None or not self.config.tests.attribute_on_base:
+            return results, ""
+        history = self.deps.history
+        base: BaseOutcomes | None = None
+        record = await history.failing_at(ws.base_sha) if history is not None else None
+        if record is not None:  # the default branch's run on the merge base itself: no rerun needed
+            base = from_record(record, failing)
+            failing = [n for n in failing if n not in base.results]
+        if failing and self._base_root is not None:
+            ran = await run_on_base(
+                self._runner,
+                ws.path,
+                ws.base_sha,
+                self._base_root,
+                failing,
+                self.config.tests,
+                timeout_s=self.environment.step_timeout_minutes * 60,
+                network=self.environment.network.tests,
+                env=dict(self.environment.env),
+            )
+            self._check_cancelled()
+            base = ran if base is None else merged(base, ran)
+        still = [
+            n
+            for n in failing
+            if base is None or n not in base.results or base.results[n].outcome not in FAILING
+        ]
+        seen = await history.flaky_elsewhere(still) if history is not None and still else {}
+        note = base.note if base is not None else self._base_note if failing else ""
+        return attribute(results, base, seen), note
+
     async def _performance(
         self, result: PerformanceResult, report: RunReport, ws: Workspace
     ) -> PerformanceResult:
@@ -438,6 +510,9 @@ class Pipeline:
         nodeids = None if selection.whole_suite else [t.nodeid for t in selection.tests]
         if self.environment.network.tests:
             report.networked_steps.append("tests")
+        order = await self._failure_first(ws, selection)
+        tail = LiveTail(ws.path / LIVE_PATH)
+        watcher = asyncio.ensure_future(self._stream_failures(report, selection, tail))
         try:
             run = await run_tests(
                 self._runner,
@@ -448,24 +523,68 @@ class Pipeline:
                 timeout_s=self.environment.step_timeout_minutes * 60,
                 network=self.environment.network.tests,
                 env=dict(self.environment.env),
+                order=order,
             )
         except TestRunError as exc:
             self._check_cancelled()
             return TestsResult(
                 status=CheckStatus.ERROR, selection=selection, message=exc.message, output=exc.output
             )
+        finally:
+            watcher.cancel()  # the final result replaces what it said
         self._check_cancelled()
-        bad = [r for r in run.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
-        return TestsResult(
-            status=CheckStatus.FAILED if bad else CheckStatus.PASSED,
+        results, note = await self._attribute(ws, run.results)
+        tests = TestsResult(
+            status=CheckStatus.PASSED,
             selection=selection,
-            results=run.results,
+            results=results,
+            pre_existing_fails=self.config.tests.pre_existing == "failure",
+            attribution_note=note,
             selected=run.selected,
             deselected=run.deselected,
             not_found=run.not_found,
             not_collected=run.not_collected,
             collection_fix=run.collection_fix,
         )
+        tests.status = CheckStatus.FAILED if fails_the_change(tests) else CheckStatus.PASSED
+        return tests
+
+    async def _stream_failures(self, report: RunReport, selection: Selection, tail: LiveTail) -> None:
+        """While the tests run: the failures so far, as progress (runner/checks/streaming.py) —
+        the first at once, then at most one update per MIN_INTERVAL_S; the final result replaces them."""
+        if self.deps.progress is None:
+            return
+        loop = asyncio.get_running_loop()
+        last, pending = -MIN_INTERVAL_S, False
+        while True:
+            await asyncio.sleep(POLL_S)
+            pending = await asyncio.to_thread(tail.read) or pending
+            if pending and loop.time() - last >= MIN_INTERVAL_S:
+                pending, last = False, loop.time()
+                so_far = TestsResult(
+                    status=CheckStatus.FAILED,
+                    selection=selection,
+                    results=list(tail.failed),
+                    in_progress=tail.progress(),
+                )
+                await self._progress(report.model_copy(update={"tests": so_far}))
+
+    async def _failure_first(self, ws: Workspace, selection: Selection) -> list[str]:
+        """The order the tests run in: most likely to fail first (runner/checks/ordering.py)."""
+        recent = await self.deps.history.recently_failed() if self.deps.history is not None else set()
+        if ws.base_sha is None:
+            return failure_first(selection, set(), recent)
+        changed = await asyncio.to_thread(
+            changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
+        )
+        breadth = await asyncio.to_thread(self._coverage_breadth, ws.path, ws.base_sha)
+        return failure_first(selection, changed, recent, breadth)
+
+    def _coverage_breadth(self, repo: Path, base_sha: str) -> dict[str, int]:
+        if not self.config.tests.use_coverage_map:
+            return {}
+        cmap, _ = nearest_map(repo, base_sha, CoverageMapStore(self._coverage_dir()))
+        return coverage_breadth(cmap)
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.
@@ -510,9 +629,10 @@ class Pipeline:
         if error is not None:
             report.error = error
             return
-        step = coverage_step(self.config.tests, timeout_s=self.environment.timeout_minutes * 60)
+        step = recording(coverage_step(self.config.tests, timeout_s=self.environment.timeout_minutes * 60))
         result = await self._runner.run(step, ws.path)
         self._check_cancelled()
+        report.tests = recorded(result)  # which tests fail on this commit: answers "already failing"
         try:
             cmap = coverage_map_from_step(result, ws.head_sha)
         except CoverageMapError as exc:

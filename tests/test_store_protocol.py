@@ -14,7 +14,7 @@ from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.scheduler import dedupe_key
 from bot.service.store.postgres import PostgresStore
 from bot.service.store.protocol import Store
-from bot.service.store.records import DeliveryStatus, PullState
+from bot.service.store.records import DeliveryStatus, PullState, TestRunRecord
 from bot.service.store.sqlite import SQLiteStore
 from runner.backends.base import StepProcess
 
@@ -240,3 +240,35 @@ def test_the_runs_over_are_those_that_ended(store: Store) -> None:
     store.request_cancel(REPO, 8)
     assert store.runs_over({waiting.id, ended.id, "unknown"}) == {ended.id}
     assert store.runs_over(set()) == set()
+
+
+def _test_run(job_id: str, pr: int | None, sha: str, *outcomes: tuple[str, str, str]) -> TestRunRecord:
+    url = f"https://github.com/{REPO}/runs/{job_id}"
+    return TestRunRecord(job_id, REPO, "cuda12", pr, sha, url, tuple(outcomes))
+
+
+def test_the_tests_history_names_tests_flaky_elsewhere_and_keeps_the_default_branchs_record(
+    store: Store,
+) -> None:
+    flaky, broken = "tests/test_io.py::test_retry", "tests/test_io.py::test_open[a::b]"
+    store.record_test_run(_test_run("own", 7, "a" * 40, (flaky, "flaky", "timeout")))
+    store.record_test_run(
+        _test_run("other", 8, "b" * 40, (flaky, "flaky", "timeout"), (broken, "failed", "E"))
+    )
+    store.record_test_run(_test_run("main-1", None, "c" * 40, (broken, "failed", "ImportError: no numpy")))
+    store.record_test_run(_test_run("main-2", None, "d" * 40))  # a clean run: no failure
+
+    # The pull request's own runs do not count; another change's flaky run does, with its link.
+    seen = store.flaky_elsewhere(REPO, [flaky, broken, "tests/x.py::t"], pr_number=7)
+    assert seen == {flaky: [f"https://github.com/{REPO}/runs/other"]}
+    assert store.flaky_elsewhere(REPO, [flaky], pr_number=8) == {
+        flaky: [f"https://github.com/{REPO}/runs/own"]
+    }
+    assert store.flaky_elsewhere("octo-org/other", [flaky], pr_number=None) == {}
+
+    assert store.failing_at(REPO, "cuda12", "c" * 40) == {broken: "ImportError: no numpy"}
+    assert store.failing_at(REPO, "cuda12", "d" * 40) == {}  # recorded, nothing failed
+    assert store.failing_at(REPO, "cuda12", "b" * 40) is None  # a pull request's head: no record
+    assert store.failing_at(REPO, "rocm", "c" * 40) is None  # another environment's record
+    store.record_test_run(_test_run("main-1", None, "c" * 40))  # recorded again: replaced
+    assert store.failing_at(REPO, "cuda12", "c" * 40) == {}

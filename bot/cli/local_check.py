@@ -26,7 +26,7 @@ from bot.core.config import (
 )
 from bot.core.kinds import Stage
 from bot.core.models import RunKind, RunReport, RunRequest
-from bot.core.verdict import Verdict, verdict
+from bot.core.verdict import Verdict, pre_existing_failures, verdict
 from bot.render.comment import render_comment
 from runner import gitdiff
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
@@ -234,3 +234,17 @@ def render_local(report: RunReport) -> tuple[str, int]:
     passing = (Verdict.PASS, Verdict.FLAKY_ONLY, Verdict.NOTHING_TO_CHECK)
     code = 0 if outcome in passing else 1 if outcome == Verdict.FAIL else 2
     return markdown, code
+
+
+def not_caused_line(report: RunReport, code: int) -> str | None:
+    """A line for the terminal when failures this change did not cause left the exit code at 0."""
+    tests = report.tests
+    pre = pre_existing_failures(tests) if tests is not None else []
+    if tests is None or not pre:
+        return None
+    what = f"{len(pre)} failing test{'s' if len(pre) != 1 else ''} not caused by this change"
+    if code == 0:
+        return (
+            f"{what} (already failing on the base, or known flaky): exit code 0 (tests.pre_existing: neutral)"
+        )
+    return f"{what}; see the report"

@@ -239,7 +239,7 @@ def _local_runners(mode: RunnerMode, python: str | None = None) -> RunnerFactory
 
 
 def _check(args: argparse.Namespace) -> int:
-    from bot.cli.local_check import render_local, run_local_check
+    from bot.cli.local_check import not_caused_line, render_local, run_local_check
 
     configure_logging("console", "warning")
     repo, base, head = args.repo, args.base, args.head
@@ -267,6 +267,8 @@ def _check(args: argparse.Namespace) -> int:
     )
     markdown, code = render_local(report)
     print(report.model_dump_json(indent=2) if args.json else markdown)
+    if (line := not_caused_line(report, code)) is not None:
+        print(line, file=sys.stderr)
     if args.demo and code == 1:
         # The demo's change is meant to fail its checks; the demo itself worked.
         print("demo: the sample change fails its checks, as intended", file=sys.stderr)

@@ -165,6 +165,14 @@ class TestSettings(_Strict):
     )
     max_tests: int | None = Field(None, ge=1, description="budget: at most this many tests")
     reruns: int = Field(2, ge=0, le=10, description="reruns of a failing test, to tell flaky from failed")
+    pre_existing: Literal["neutral", "failure"] = Field(
+        "neutral",
+        description="a test that fails on the merge base too (or is known flaky) does not fail the change "
+        "(neutral), or does (failure)",
+    )
+    attribute_on_base: bool = Field(
+        True, description="run the tests failing at the head on the merge base, to tell whose failure it is"
+    )
     per_test_timeout_s: int = Field(300, ge=1)
     pytest_args: list[str] = Field(default_factory=list)
     use_coverage_map: bool = True

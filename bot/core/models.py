@@ -182,6 +182,15 @@ class TestOutcome(StrEnum):
     SKIPPED = "skipped"
 
 
+class FailureCause(StrEnum):
+    """Whose failure a test's failure at the head is, as measured (docs/reporting.md)."""
+
+    NEW = "new"  # passes on the merge base, or the base does not have it: this change broke it
+    ON_BASE = "on-base"  # fails on the merge base with the same error: not caused by this change
+    ON_BASE_DIFFERENTLY = "on-base-differently"  # fails on the base too, with another error
+    KNOWN_FLAKY = "known-flaky"  # seen failing elsewhere (other changes, the default branch) and passing
+
+
 class TestCaseResult(Model):
     __test__ = False
     nodeid: str
@@ -194,11 +203,26 @@ class TestCaseResult(Model):
         False, description="a selected module (``nodeid`` is its path) that pytest could not collect"
     )
     line: int | None = Field(None, description="the test's definition line, from pytest's report")
+    cause: FailureCause | None = Field(
+        None, description="a failing test's attribution; None: not attributed (no base to run it on)"
+    )
+    base_message: str = Field("", description="the error on the merge base, when it fails there too")
+    seen_failing: list[str] = Field(
+        default_factory=list, description="links to other runs where this test failed (known flaky)"
+    )
 
 
 class CollectionError(Model):
     path: str = Field(description="the test module (or directory) pytest could not collect")
     message: str = Field("", description="the last line of the error, e.g. ModuleNotFoundError: …")
+
+
+class TestsProgress(Model):
+    """How far a test step that is still running has got (its failures so far are the results)."""
+
+    __test__ = False
+    done: int = 0
+    total: int | None = None
 
 
 class TestsResult(Model):
@@ -223,6 +247,13 @@ class TestsResult(Model):
     )
     collection_fix: str = Field(
         "", description="the likely fix when test modules did not collect (the project does not import)"
+    )
+    pre_existing_fails: bool = Field(
+        False, description="tests.pre_existing: failure — failures this change did not cause fail it too"
+    )
+    attribution_note: str = Field("", description="why failures were not, or only partly, attributed")
+    in_progress: TestsProgress | None = Field(
+        None, description="set while the tests still run: the results are the failures so far"
     )
 
     def count(self, outcome: TestOutcome) -> int:

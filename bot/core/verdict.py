@@ -11,6 +11,7 @@ from enum import StrEnum
 from bot.core.models import (
     CheckStatus,
     DocstringResult,
+    FailureCause,
     Level,
     PrecommitResult,
     RunReport,
@@ -56,7 +57,9 @@ def verdict(report: RunReport) -> Verdict:
 
 def fails_the_change(check: PrecommitResult | DocstringResult | TestsResult) -> bool:
     """Whether a check's result fails the change (warnings alone do not)."""
-    if isinstance(check, TestsResult) and failing_tests(check):
+    if isinstance(check, TestsResult) and (
+        failing_tests(check) or (check.pre_existing_fails and pre_existing_failures(check))
+    ):
         return True
     if check.status != CheckStatus.FAILED:
         return False
@@ -66,8 +69,24 @@ def fails_the_change(check: PrecommitResult | DocstringResult | TestsResult) -> 
     return True
 
 
+# Failures measured as not this change's: they fail it only with ``tests.pre_existing: failure``.
+NOT_CAUSED = (FailureCause.ON_BASE, FailureCause.ON_BASE_DIFFERENTLY, FailureCause.KNOWN_FLAKY)
+
+
 def failing_tests(tests: TestsResult) -> list[TestCaseResult]:
-    return sorted((r for r in tests.results if r.outcome in FAILING), key=lambda r: r.nodeid)
+    """The failures this change caused, or that could not be attributed (no base to run them on)."""
+    return sorted(
+        (r for r in tests.results if r.outcome in FAILING and r.cause not in NOT_CAUSED),
+        key=lambda r: r.nodeid,
+    )
+
+
+def pre_existing_failures(tests: TestsResult) -> list[TestCaseResult]:
+    """Failures measured as not caused by this change: already failing on the base, or known flaky."""
+    return sorted(
+        (r for r in tests.results if r.outcome in FAILING and r.cause in NOT_CAUSED),
+        key=lambda r: (NOT_CAUSED.index(r.cause) if r.cause else 0, r.nodeid),
+    )
 
 
 def flaky_tests(tests: TestsResult) -> list[TestCaseResult]:

@@ -16,6 +16,7 @@ from bot.core.models import (
     TestCaseResult,
     TestOutcome,
 )
+from bot.core.verdict import NOT_CAUSED
 from bot.render import markdown as md
 from bot.render.phrases import error_headline, one_line
 
@@ -111,11 +112,13 @@ def test_annotation(r: TestCaseResult) -> dict[str, Any] | None:
     if path is None:
         return None
     line = failure_line(path, r.message, r.line)
-    level = "warning" if r.outcome == TestOutcome.FLAKY else "failure"
+    level = "warning" if r.outcome == TestOutcome.FLAKY or r.cause in NOT_CAUSED else "failure"
     # The hover box is small: the headline first, then the error as pytest printed it.
     headline = error_headline(r.message) or r.outcome.value
     if r.outcome == TestOutcome.FLAKY:
         headline = f"Flaky, passed on attempt {r.attempts}: {headline}"
+    elif r.cause in NOT_CAUSED:
+        headline = f"Not caused by this change ({r.cause}): {headline}"
     message = headline + ("\n\n" + r.message.strip("\n") if r.message.strip() else "")
     if r.repro:
         message += "\n\nReproduce:\n" + "\n".join(r.repro)

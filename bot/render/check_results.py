@@ -24,7 +24,7 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from bot.core.verdict import failing_tests, fails_the_change, flaky_tests
+from bot.core.verdict import failing_tests, fails_the_change, flaky_tests, pre_existing_failures
 from bot.render import markdown as md
 from bot.render.annotations import annotation, capped, hook_annotations, test_annotation
 from bot.render.check_runs import (
@@ -34,6 +34,7 @@ from bot.render.check_runs import (
     check_run_name,
     in_progress_title,
 )
+from bot.render.failure_groups import detail, grouped_lines, so_far
 from bot.render.fit import fit_blocks
 from bot.render.performance import result_outcome, result_section
 from bot.render.phrases import (
@@ -298,9 +299,13 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
     failing = failing_tests(tests)
     flaky = flaky_tests(tests)
     counts = test_counts(tests) if tests_ran(tests) else "no test results"
-    if outcome is None:
+    if tests.in_progress is not None:
+        outcome = _Outcome("in_progress", None, so_far(tests))  # replaced by the final result
+    elif outcome is None:
         if failing or tests.status == CheckStatus.FAILED:
             outcome = _Outcome("completed", "failure", counts)
+        elif pre_existing_failures(tests):
+            outcome = _Outcome("completed", "neutral", f"No new failure ({counts})")
         elif not tests.results:
             outcome = _Outcome("completed", "neutral", "No tests selected")
         else:
@@ -317,17 +322,23 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
         summary.append(md.prose(tests.message))
     if failing:
         summary.append("Failing:\n" + _name_list(failing, headlines=True))
+    summary.extend(grouped_lines(tests))  # new first, then the failures this change did not cause
     if flaky:
         summary.append("Flaky (failed, then passed on a rerun):\n" + _name_list(flaky))
     if failing:
         summary.append(f"Rerun only the failures with `{COMMAND} failed`.")
-    blocks = [_failure_detail(r) for r in failing] + [_failure_detail(r) for r in flaky]
+    pre = pre_existing_failures(tests)
+    blocks = (
+        [_failure_detail(r) for r in failing] + [detail(r) for r in pre] + [_failure_detail(r) for r in flaky]
+    )
     if tests.status == CheckStatus.ERROR and tests.output.strip():
         tail = "\n".join(tests.output.strip().splitlines()[-60:])
         blocks.insert(
             0, "### Last lines of the output\n\n" + md.fence(limits.truncate(tail, limits.CHECK_ERROR_CHARS))
         )
-    annotations = [a for r in [*failing, *flaky] if (a := test_annotation(r)) is not None]
+    annotations = [a for r in [*failing, *pre, *flaky] if (a := test_annotation(r)) is not None]
+    if tests.in_progress is not None:
+        annotations = []  # GitHub appends annotations on each update: the final result brings them
     return _check_output(
         report,
         CheckKind.TESTS,

@@ -23,9 +23,10 @@ from bot.core.models import (
     TestOutcome,
     TestsResult,
 )
-from bot.core.verdict import Verdict, failing_tests
+from bot.core.verdict import Verdict, failing_tests, pre_existing_failures
 from bot.render import markdown as md
 from bot.render.comment_sections import comment_parts
+from bot.render.failure_groups import so_far
 from bot.render.fit import fit
 from bot.render.phrases import (
     about_line,
@@ -263,8 +264,11 @@ def verdict_line(report: RunReport, stage: Stage = Stage.DONE) -> str:
 
 
 def _tests_bits(tests: TestsResult) -> list[str]:
-    uncollected = len(tests.collection_errors)
-    failing = len(failing_tests(tests)) - uncollected
+    if tests.in_progress is not None:
+        return [f"❌ {so_far(tests)}"]
+    new = failing_tests(tests)
+    uncollected = sum(1 for r in new if r.collection_error)
+    failing = len(new) - uncollected
     flaky = tests.count(TestOutcome.FLAKY)
     passed = tests.count(TestOutcome.PASSED)
     bits = []
@@ -274,13 +278,15 @@ def _tests_bits(tests: TestsResult) -> list[str]:
         bits.append(f"❌ {counted(failing, 'test')} failed")
     elif tests.status == CheckStatus.FAILED and not uncollected:
         bits.append("❌ tests failed")
+    if pre := len(pre_existing_failures(tests)):
+        bits.append(f"🟠 {pre:,} failing not caused by this change")
     if flaky:
         bits.append(f"⚠️ {flaky:,} flaky")
     if tests.status == CheckStatus.ERROR:
         bits.append("❗ tests could not finish")
     elif tests.status == CheckStatus.CANCELLED:
         bits.append("⏹️ tests cancelled")
-    elif not failing and not uncollected and tests.status == CheckStatus.PASSED:
+    elif not failing and not uncollected and not pre and tests.status == CheckStatus.PASSED:
         bits.append(f"✅ {counted(passed, 'test')} passed" if passed else "➖ no tests selected")
     return bits
 

@@ -25,6 +25,7 @@ from bot.core.models import (
 )
 from bot.core.verdict import failing_tests, flaky_tests
 from bot.render import markdown as md
+from bot.render.failure_groups import pre_existing_part
 from bot.render.fit import Part, text_part
 from bot.render.performance import result_section
 from bot.render.phrases import (
@@ -53,7 +54,9 @@ def comment_parts(report: RunReport, where: str, *, local: bool = False) -> list
         failing = failing_tests(tests)
         if failing:
             parts.append(_failures_part(failing, where, local))
-        if tests.status in (CheckStatus.ERROR, CheckStatus.FAILED) and not failing:
+        if (pre := pre_existing_part(tests, where)) is not None:
+            parts.append(pre)  # after the new failures: new first
+        if tests.status in (CheckStatus.ERROR, CheckStatus.FAILED) and not failing and pre is None:
             parts.append(text_part("the tests' error", 85, _tests_error_section(tests)))
     if report.precommit is not None and report.precommit.status in (CheckStatus.FAILED, CheckStatus.ERROR):
         parts.append(text_part("pre-commit", 60, _precommit_section(report.precommit)))

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from bot.core.config import RepoConfig
+from bot.core.kinds import CheckKind
 from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
 from bot.render.check_results import render_check_runs
 from bot.render.check_runs import render_in_progress_output
@@ -29,7 +30,9 @@ from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.test_history import StoreHistory, record_tests
 from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
+from runner.checks.attribution import TestHistory
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
@@ -102,6 +105,7 @@ class RunExecutor:
             cache_root=self.cache_root,
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
+            history=StoreHistory(self.store, job.repo, job.environment, job.pr_number),
         )
 
 
@@ -133,6 +137,7 @@ async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) 
         and report.state == RunState.SUCCEEDED
     ):
         await asyncio.to_thread(store.save_baseline, job.repo, job.environment, report.probe)
+    await record_tests(store, job, report)  # the history: known flaky tests, the default branch's record
     if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
         return
     failed = sorted(
@@ -164,7 +169,13 @@ async def report_progress(reporter: GitHubReporter, job: Job, report: RunReport)
     summary refreshed (one machine: its executor; several hosts: the service, from what the agent
     wrote to the store)."""
     assert job.pr_number is not None
-    done = [out for out in render_check_runs(report) if out.status == "completed"]
+    # Completed checks; and the tests while they run, once one failed (their failures so far).
+    streaming = report.tests is not None and report.tests.in_progress is not None
+    done = [
+        out
+        for out in render_check_runs(report)
+        if out.status == "completed" or (streaming and out.kind == CheckKind.TESTS)
+    ]
     await _send_reports(
         "early results",
         partial(reporter.sync_check_runs, job, done, while_state=RunState.RUNNING),
@@ -183,6 +194,7 @@ async def run_pipeline(
     cache_root: Path,
     progress: Callable[[RunReport], Awaitable[None]] | None = None,
     processes: ProcessLedger | None = None,
+    history: TestHistory | None = None,
 ) -> RunReport:
     """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
     container) and ends it cancelled."""
@@ -201,6 +213,7 @@ async def run_pipeline(
         attempt=job.attempts,
         progress=progress,
         processes=processes,
+        history=history,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
     run = asyncio.create_task(pipeline.execute())

@@ -14,6 +14,12 @@ runs in the project's own environment.
   why. A module outside the selection that cannot even be collected (an optional dependency
   missing) is no error of this run: it is left out and listed once (pytest may collect it twice,
   as tests and as doctests), so it is neither a failure nor silence.
+- With ``--paritybot-order FILE`` (node ids, one per line, most likely to fail first), the kept
+  tests run in that order: each at the place of the first id that names it, pytest's own order
+  among equals and after them. Which tests run never changes (:mod:`runner.checks.ordering`).
+- With ``--paritybot-live FILE``, each result is appended there as it happens (JSON lines: the
+  number of tests once collected, then one line per finished test, naming a failure), for the bot
+  to show the first failure while the rest still run (:mod:`runner.checks.streaming`).
 - With ``--paritybot-counts FILE``, what was selected, deselected and left out is written there as
   JSON once collection is done.
 - With ``--paritybot-timeout SECONDS``, pytest-timeout, when the environment has it, stops a test
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -53,6 +60,9 @@ class _State:
         self.not_collected: list[dict[str, str]] = []
         self.failed_places: set[str] = set()  # collectors that failed: what they hold is not "not found"
         self.root = ""  # where pytest was started: the selected ids are relative to it
+        self.order: dict[str, int] = {}  # node id → its place in the order file
+        self.live: Any = None  # the open live file, when asked for
+        self.failed: set[str] = set()
 
 
 _STATE = _State()
@@ -62,6 +72,10 @@ def pytest_addoption(parser):
     group = parser.getgroup("paritybot")
     group.addoption("--paritybot-selection", default=None, help="run only the tests these node ids name")
     group.addoption("--paritybot-counts", default=None, help="write the run's counts here (JSON)")
+    group.addoption("--paritybot-live", default=None, help="append each result here as it happens")
+    group.addoption(
+        "--paritybot-order", default=None, help="run the tests these node ids name first, in order"
+    )
     group.addoption("--paritybot-timeout", type=float, default=None, help="per-test timeout (pytest-timeout)")
 
 
@@ -79,6 +93,16 @@ def pytest_configure(config):
             ids = [line.strip() for line in fh if line.strip()]
         _STATE.selection = {i if "::" in i else i.rstrip("/") for i in ids}
         _STATE.places = tuple(sorted({i.split("::")[0].rstrip("/") for i in ids}))
+        _STATE.root = str(config.invocation_params.dir)
+    live = config.getoption("paritybot_live")
+    if live:
+        _STATE.live = open(live, "w", encoding="utf-8")  # noqa: SIM115  (open for the whole session)
+    order = config.getoption("paritybot_order")
+    if order:
+        with open(order, encoding="utf-8") as fh:
+            ids = [line.strip() for line in fh if line.strip()]
+        for place, nodeid in enumerate(ids):
+            _STATE.order.setdefault(nodeid if "::" in nodeid else nodeid.rstrip("/"), place)
         _STATE.root = str(config.invocation_params.dir)
 
 
@@ -137,13 +161,24 @@ def _names(nodeid: str):
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         item.user_properties.append((NODEID_PROPERTY, item.nodeid))
-    if _STATE.selection is None:
-        return
+    if _STATE.selection is not None:
+        _keep_selected(config, items, _STATE.selection)
+    if _STATE.order:
+        items[:] = sorted(items, key=_place)  # stable: pytest's order among equals
+
+
+def _place(item) -> int:
+    rest = item.nodeid.split("::", 1)[1:]
+    places = [_STATE.order[n] for n in _names("::".join([_relative(item.path), *rest])) if n in _STATE.order]
+    return min(places) if places else len(_STATE.order)
+
+
+def _keep_selected(config, items, selection: set[str]) -> None:
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         rest = item.nodeid.split("::", 1)[1:]
-        hits = [n for n in _names("::".join([_relative(item.path), *rest])) if n in _STATE.selection]
+        hits = [n for n in _names("::".join([_relative(item.path), *rest])) if n in selection]
         _STATE.matched.update(hits)
         (keep if hits else drop).append(item)
     items[:] = keep
@@ -155,7 +190,25 @@ def pytest_deselected(items):
     _STATE.deselected += len(items)
 
 
+def _live(entry) -> None:
+    if _STATE.live is not None:
+        _STATE.live.write(json.dumps(entry) + "\n")
+        _STATE.live.flush()
+
+
+def pytest_runtest_logreport(report):
+    if _STATE.live is None:
+        return
+    if report.failed and report.nodeid not in _STATE.failed:
+        _STATE.failed.add(report.nodeid)
+        lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
+        _live({"failed": report.nodeid, "message": "\n".join(lines[-3:])[-500:]})
+    if report.when == "teardown":
+        _live({"done": 1})
+
+
 def pytest_collection_finish(session):
+    _live({"total": len(session.items)})
     path = session.config.getoption("paritybot_counts")
     if not path:
         return

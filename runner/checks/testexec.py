@@ -41,6 +41,8 @@ JUNIT_PATH = f"{SCRATCH_DIR}/junit.xml"
 PLUGIN_MODULE = "paritybot_pytest"
 PLUGIN_PATH = f"{SCRATCH_DIR}/{PLUGIN_MODULE}.py"
 SELECTION_PATH = f"{SCRATCH_DIR}/selection.txt"
+ORDER_PATH = f"{SCRATCH_DIR}/order.txt"
+LIVE_PATH = f"{SCRATCH_DIR}/live.jsonl"  # results as they happen: runner/checks/streaming.py
 COUNTS_PATH = f"{SCRATCH_DIR}/counts.json"
 COUNTS_MAX_BYTES = 1_000_000
 # With runner.checks.junit.MAX_CASES, this keeps the bot under 400 MiB for one report (measured:
@@ -120,6 +122,7 @@ def tests_step(
     *,
     paths: list[str] | None = None,
     selection: list[str] | None = None,
+    order: list[str] | None = None,
 ) -> Step:
     """One pytest invocation of ``nodeids``, or of ``paths`` keeping the ``selection`` (counted);
     neither: what the project's own configuration collects (counted)."""
@@ -141,11 +144,15 @@ def tests_step(
         f"--paritybot-timeout={settings.per_test_timeout_s}",
         *(["--paritybot-counts", COUNTS_PATH] if counted else []),
         *(["--paritybot-selection", SELECTION_PATH] if selection is not None else []),
+        *(["--paritybot-order", ORDER_PATH] if order else []),
+        *(["--paritybot-live", LIVE_PATH] if counted else []),
         *(nodeids if nodeids is not None else paths or []),
     ]
     inject = {PLUGIN_PATH: plugin_source()}
     if selection is not None:
         inject[SELECTION_PATH] = "".join(f"{nodeid}\n" for nodeid in selection)
+    if order:
+        inject[ORDER_PATH] = "".join(f"{nodeid}\n" for nodeid in order)
     return Step(
         name="tests",
         argv=["sh", "-c", _SCRIPT, "tests-step", junit_path, *args],
@@ -174,6 +181,7 @@ async def run_tests(
     timeout_s: float = 1800,
     network: bool = False,
     env: dict[str, str] | None = None,
+    order: list[str] | None = None,
 ) -> TestRun:
     """Run ``nodeids`` (``None``: the whole suite), rerun failures, return one result per test.
 
@@ -196,8 +204,10 @@ async def run_tests(
 
     def step_for(ids: list[str] | None, junit: str) -> Step:
         # The first attempt collects the test roots and keeps the selection; reruns name their tests.
-        chosen = selection if ids is None else None
-        return tests_step(ids, settings, junit, timeout_s, network, env, paths=paths, selection=chosen)
+        chosen, first = (selection, order) if ids is None else (None, None)
+        return tests_step(
+            ids, settings, junit, timeout_s, network, env, paths=paths, selection=chosen, order=first
+        )
 
     first = await _run_attempt(runner, workspace, step_for, None, JUNIT_PATH, selected=selection is not None)
     if first is None:
@@ -274,6 +284,19 @@ async def _run_attempt(
         except JUnitError as exc:
             raise TestRunError(str(exc), result.output) from None
     raise TestRunError(f"pytest kept refusing the node ids:\n{_tail(result.output)}", result.output)
+
+
+async def run_ids(
+    runner: Runner,
+    workspace: Path,
+    step_for: Callable[[list[str] | None, str], Step],
+    ids: list[str],
+    junit: str,
+) -> list[JUnitCase] | None:
+    """One run of the named tests (``step_for`` builds the step), as :func:`run_tests` makes each
+    attempt: ids pytest cannot find are dropped and it is retried. ``None``: cancelled."""
+    attempt = await _run_attempt(runner, workspace, step_for, ids, junit, selected=True)
+    return None if attempt is None else attempt.cases
 
 
 def _read_counts(text: str | None) -> _Counts | None:

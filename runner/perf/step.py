@@ -169,15 +169,34 @@ def export_sides(workspace: Path, base_sha: str, head_sha: str) -> None:
     The workspace is the pull request's checkout: a ``.paritybot`` it committed (a link to
     elsewhere, or a tree of its own where the sides go) is refused, never written through.
     """
+    where = _sides_dir(workspace)
+    if where.exists():
+        raise PerfRunError(f"the pull request has its own `{SIDES_DIR}`; not compared")
+    for side, sha in zip(SIDES, (base_sha, head_sha), strict=True):
+        export_commit(workspace, sha, where / side)
+
+
+def export_base(workspace: Path, base_sha: str) -> str:
+    """The base tree at ``SIDES_DIR/base`` (workspace-relative path returned), unless the
+    performance comparison already put it there; the same refusals as :func:`export_sides`."""
+    where = _sides_dir(workspace)
+    base = where / SIDES[0]
+    if base.is_dir() and not base.is_symlink() and (where / SIDES[1]).is_dir():
+        return f"{SIDES_DIR}/{SIDES[0]}"  # laid out by export_sides in this run
+    if where.exists():
+        raise PerfRunError(f"the pull request has its own `{SIDES_DIR}`")
+    export_commit(workspace, base_sha, base)
+    return f"{SIDES_DIR}/{SIDES[0]}"
+
+
+def _sides_dir(workspace: Path) -> Path:
+    """Where the sides go; PerfRunError when the pull request committed a link or file on the way."""
     where = workspace
     for part in Path(SIDES_DIR).parts:
         where = where / part
         if where.is_symlink() or (where.exists() and not where.is_dir()):
             raise PerfRunError(f"the pull request has its own `{where.relative_to(workspace)}`; not compared")
-    if where.exists():
-        raise PerfRunError(f"the pull request has its own `{SIDES_DIR}`; not compared")
-    for side, sha in zip(SIDES, (base_sha, head_sha), strict=True):
-        export_commit(workspace, sha, where / side)
+    return where
 
 
 def parse_results(result: StepResult) -> DriverReport:

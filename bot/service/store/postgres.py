@@ -25,7 +25,17 @@ from psycopg_pool import ConnectionPool
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.postgres_schema import migrate, safe_url
-from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, pr_key
+from bot.service.store.records import (
+    COMMIT_RECORD_SQL,
+    Delivery,
+    DeliveryStatus,
+    Job,
+    PullState,
+    TestRunRecord,
+    commit_record,
+    links_by_test,
+    pr_key,
+)
 from runner.backends.base import StepProcess
 
 TASK_NAME = "paritybot.run"
@@ -517,6 +527,39 @@ class PostgresStore:
             "SELECT facts FROM baselines WHERE repo = %s AND environment = %s", (repo, environment)
         )
         return EnvFacts.model_validate(rows[0]["facts"]) if rows else None
+
+    # the tests' history -------------------------------------------------------------------------
+
+    def record_test_run(self, run: TestRunRecord) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("DELETE FROM test_runs WHERE job_id = %s", (run.job_id,))
+            conn.execute(
+                "INSERT INTO test_runs (job_id, repo, environment, pr_number, head_sha, url) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (run.job_id, run.repo, run.environment, run.pr_number, run.head_sha, run.url),
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO test_outcomes (job_id, nodeid, outcome, message) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT (job_id, nodeid) DO UPDATE SET outcome = excluded.outcome, "
+                    "message = excluded.message",
+                    [(run.job_id, nodeid, outcome, message) for nodeid, outcome, message in run.outcomes],
+                )
+
+    def flaky_elsewhere(
+        self, repo: str, nodeids: list[str], *, pr_number: int | None, limit: int = 3
+    ) -> dict[str, list[str]]:
+        rows = self._query(
+            "SELECT o.nodeid, r.url FROM test_outcomes o JOIN test_runs r ON r.job_id = o.job_id "
+            "WHERE r.repo = %s AND o.outcome = 'flaky' AND o.nodeid = ANY(%s) "
+            "AND (%s::integer IS NULL OR r.pr_number IS NULL OR r.pr_number != %s) "
+            "ORDER BY r.recorded_at DESC, r.job_id",
+            (repo, nodeids, pr_number, pr_number),
+        )
+        return links_by_test(rows, limit)
+
+    def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
+        return commit_record(self._query(COMMIT_RECORD_SQL.format(p="%s"), (repo, environment, sha)))
 
 
 def _report_json(report: RunReport | None) -> Jsonb | None:

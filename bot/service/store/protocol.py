@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
-from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, TestRunRecord
 from runner.backends.base import StepProcess
 
 
@@ -166,6 +166,23 @@ class Store(Protocol):
     # the CI reference: the probe of an environment on the default branch -------------------------
 
     def save_baseline(self, repo: str, environment: str, facts: EnvFacts) -> None: ...
+    # the tests' history: which failed or were flaky in each finished run (docs/reporting.md)
+    def record_test_run(self, run: TestRunRecord) -> None:
+        """Keep a finished run's failing and flaky tests; recording the same run again replaces it."""
+        ...
+
+    def flaky_elsewhere(
+        self, repo: str, nodeids: list[str], *, pr_number: int | None, limit: int = 3
+    ) -> dict[str, list[str]]:
+        """Node id → links to the latest ``limit`` runs, of other pull requests or the default
+        branch, where it failed and then passed on a rerun."""
+        ...
+
+    def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
+        """The default branch's record of commit ``sha``: node id → error of each test that failed
+        there; None when no run on the default branch recorded it."""
+        ...
+
     def baseline(self, repo: str, environment: str) -> EnvFacts | None: ...
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -119,3 +122,42 @@ def pr_key(body: bytes) -> str | None:
     if not isinstance(repo, str) or not isinstance(number, int) or len(repo) > 200:
         return None
     return f"{repo}#{number}"
+
+
+@dataclass(frozen=True)
+class TestRunRecord:
+    """A finished run's failing and flaky tests, as the history keeps them."""
+
+    __test__ = False
+    job_id: str
+    repo: str
+    environment: str
+    pr_number: int | None  # None: a run on the default branch
+    head_sha: str
+    url: str  # where a reader sees the run: its tests check run, the pull request or the commit
+    outcomes: tuple[tuple[str, str, str], ...]  # (node id, outcome, error), outcome: failed or flaky
+
+
+def links_by_test(rows: Iterable[Mapping[str, Any]], limit: int) -> dict[str, list[str]]:
+    """(nodeid, url) rows, newest first, as node id → its first ``limit`` distinct links."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        links = found.setdefault(row["nodeid"], [])
+        if len(links) < limit and row["url"] not in links:
+            links.append(row["url"])
+    return found
+
+
+def commit_record(rows: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """A run's (job_id, nodeid, message) rows, outcomes left-joined: None when there is no run."""
+    if not rows:
+        return None
+    return {row["nodeid"]: row["message"] for row in rows if row["nodeid"] is not None}
+
+
+# The newest run on the default branch at a commit, and its failing tests (none: a row of NULLs).
+COMMIT_RECORD_SQL = (
+    "SELECT r.job_id, o.nodeid, o.message FROM (SELECT job_id FROM test_runs WHERE repo = {p} "
+    "AND environment = {p} AND head_sha = {p} AND pr_number IS NULL ORDER BY recorded_at DESC LIMIT 1) r "
+    "LEFT JOIN test_outcomes o ON o.job_id = r.job_id AND o.outcome = 'failed'"
+)

@@ -18,11 +18,21 @@ from pathlib import Path
 
 from bot.core.kinds import COMMAND
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
-from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState
+from bot.service.store.records import (
+    COMMIT_RECORD_SQL,
+    Delivery,
+    DeliveryStatus,
+    Job,
+    PullState,
+    TestRunRecord,
+    commit_record,
+    links_by_test,
+)
 from bot.service.store.sqlite_schema import migrate
 from runner.backends.base import StepProcess
 
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
+HISTORY_CHUNK = 500  # node ids per query: under SQLite's limit of bound parameters
 # Every final job has something to tell on GitHub: a pull request's runs their check runs and
 # summary, a default-branch run whether its coverage map was recorded (a check run on its commit).
 _DUE = "1"
@@ -546,3 +556,39 @@ class SQLiteStore:
             "SELECT facts FROM baselines WHERE repo = ? AND environment = ?", (repo, environment)
         )
         return EnvFacts.model_validate_json(rows[0]["facts"]) if rows else None
+
+    # the tests' history -------------------------------------------------------------------------
+
+    def record_test_run(self, run: TestRunRecord) -> None:
+        with self._tx() as c:
+            c.execute("DELETE FROM test_outcomes WHERE job_id = ?", (run.job_id,))
+            c.execute("DELETE FROM test_runs WHERE job_id = ?", (run.job_id,))
+            c.execute(
+                "INSERT INTO test_runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run.job_id, run.repo, run.environment, run.pr_number, run.head_sha, run.url, _now()),
+            )
+            c.executemany(
+                "INSERT OR REPLACE INTO test_outcomes VALUES (?, ?, ?, ?)",
+                [(run.job_id, nodeid, outcome, message) for nodeid, outcome, message in run.outcomes],
+            )
+
+    def flaky_elsewhere(
+        self, repo: str, nodeids: list[str], *, pr_number: int | None, limit: int = 3
+    ) -> dict[str, list[str]]:
+        rows: list[sqlite3.Row] = []
+        for i in range(0, len(nodeids), HISTORY_CHUNK):
+            chunk = nodeids[i : i + HISTORY_CHUNK]
+            rows += self._query(
+                "SELECT o.nodeid, r.url FROM test_outcomes o JOIN test_runs r ON r.job_id = o.job_id "
+                f"WHERE r.repo = ? AND o.outcome = 'flaky' AND o.nodeid IN ({', '.join('?' * len(chunk))}) "
+                "AND (? IS NULL OR r.pr_number IS NULL OR r.pr_number != ?) "
+                "ORDER BY r.recorded_at DESC, r.job_id",
+                (repo, *chunk, pr_number, pr_number),
+            )
+        return links_by_test(
+            [dict(r) for r in rows], limit
+        )  # a chunk's newest first: enough for a few links per test
+
+    def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
+        rows = self._query(COMMIT_RECORD_SQL.format(p="?"), (repo, environment, sha))
+        return commit_record([dict(r) for r in rows])

@@ -1,0 +1,55 @@
+"""The first failure reaches the pull request while the rest of the tests still run.
+
+The real bot against the fake GitHub, on the demo project: its first run fails one test. A push
+then adds a slow test; the second run runs the test that failed before first (failure first), and
+the tests check run shows it failing, in progress, while the slow test still runs; the final
+result replaces it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from botharness import REPO, BotHarness
+from fakegithub import FakeGitHub
+from finishing import FAST, finished, view
+from sample_repo import BROKEN_TEST
+from serveproc import TESTS
+
+SLOW = "import time\n\nfrom calc import stats\n\n\ndef test_slow():\n    time.sleep(8)\n    assert stats\n"
+CONFIG = "tests:\n  reruns: 0\n  use_coverage_map: false\n"
+
+
+async def test_the_first_failure_shows_on_the_pull_request_before_the_tests_end(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    bot = await BotHarness.create(fake_github, tmp_path, settings=FAST)
+    fake_github.set_file(REPO, ".github/paritybot.yml", CONFIG, ref="main")
+    try:
+        assert await bot.send("pull_request", bot.pr_event("opened")) == 202
+        await bot.wait_for("the first run", lambda: finished(view(fake_github, REPO, 7, bot.sample.head_sha)))
+
+        head = bot.commit_on_feature("tests/test_zz_slow.py", SLOW, "a slow test")
+        assert await bot.send("pull_request", bot.pr_event("synchronize", head_sha=head)) == 202
+
+        def streamed() -> bool:
+            runs = view(fake_github, REPO, 7, head).runs.get(TESTS, [])
+            return bool(runs) and "failed so far" in (runs[-1].get("output") or {}).get("title", "")
+
+        await bot.wait_for("the failure while the slow test runs", streamed)
+        state = view(fake_github, REPO, 7, head).runs[TESTS][-1]
+        assert state["status"] == "in_progress"
+        assert state["output"]["title"].startswith("1 failed so far, ")
+        assert BROKEN_TEST in state["output"]["summary"]
+        await bot.wait_for(
+            "the summary to say so",
+            lambda: "failed so far" in view(fake_github, REPO, 7, head).summaries[0],
+        )
+
+        await bot.wait_for("the final result", lambda: finished(view(fake_github, REPO, 7, head)))
+        final = view(fake_github, REPO, 7, head).runs[TESTS][-1]
+        assert final["status"] == "completed" and final["conclusion"] == "failure"
+        assert "failed so far" not in final["output"]["title"]
+        assert "failed so far" not in view(fake_github, REPO, 7, head).summaries[0]
+    finally:
+        await bot.stop()
