@@ -92,7 +92,7 @@ def test_src_layout_installed_editable_tests_the_commit_not_the_working_copy(
     unchanged(contributor, before)
 
 
-@pytest.mark.parametrize("chosen_by", ["VIRTUAL_ENV", "--python"])
+@pytest.mark.parametrize("chosen_by", ["VIRTUAL_ENV", "--python", "config"])
 def test_the_projects_interpreter_runs_it_not_paritybots(
     tmp_path: Path, contributor: ContributorEnv, chosen_by: str
 ) -> None:
@@ -113,6 +113,12 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
     before = contributor.fingerprint()
     where = {"VIRTUAL_ENV": str(contributor.root)} if chosen_by == "VIRTUAL_ENV" else {}
     option = ["--python", contributor.python] if chosen_by == "--python" else []
+    if chosen_by == "config":  # the environment names it: `python:` in the repository config
+        config = tmp_path / "paritybot.yml"
+        config.write_text(
+            f"environments:\n  - name: local\n    default: true\n    python: {contributor.python}\n"
+        )
+        option = ["--config", str(config)]
 
     done = run_cli(
         *host_check(repo),
@@ -123,7 +129,10 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Tests: 2 passed" in done.stdout
-    assert f"python: {contributor.python} ({'--python' if option else 'the active virtualenv'}" in done.stderr
+    said = {"VIRTUAL_ENV": "the active virtualenv", "--python": "--python", "config": "the config's"}[
+        chosen_by
+    ]
+    assert f"python: {contributor.python} ({said}" in done.stderr
     unchanged(contributor, before)
 
 

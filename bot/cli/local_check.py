@@ -32,7 +32,7 @@ from runner import gitdiff
 from runner.backends.base import Runner, RunnerError, RunnerFactory, RunnerRequest
 from runner.backends.choice import CHECK_ENGINE_HINT, CHECK_IMAGE_HINT, RunnerMode, RunnerPolicy
 from runner.backends.host import HostRunner
-from runner.backends.localenv import BaseInterpreter, RunEnvRunner
+from runner.backends.localenv import BaseInterpreter, RunEnvRunner, with_configured
 from runner.git import GitError, git
 from runner.pipeline import Pipeline, PipelineDeps
 
@@ -149,8 +149,9 @@ def in_own_environment(factory: RunnerFactory, base: BaseInterpreter) -> RunnerF
         if not isinstance(runner, HostRunner):
             return runner  # a container already runs in the image's own environment
         root = cache_root()
+        chosen = with_configured(base, request.environment.python, request.environment.name)
         return RunEnvRunner(
-            runner, base, root / "envs", root / "builds", say=lambda line: print(line, file=sys.stderr)
+            runner, chosen, root / "envs", root / "builds", say=lambda line: print(line, file=sys.stderr)
         )
 
     return make

@@ -110,6 +110,12 @@ class Environment(_Strict):
     default: bool = Field(False, description="used when no branch or label rule matches")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     user: str | None = Field(None, description="user to run as in the container; default: non-root")
+    python: str | None = Field(
+        None,
+        description="local runs on the host (`paritybot check`): the project's interpreter, a path or a "
+        "command on PATH, when neither --python nor an active virtualenv names one; containers use the "
+        "image's",
+    )
     setup: list[str] = Field(
         default_factory=list,
         description="shell commands run before the tests, e.g. 'pip install -e .'",

@@ -101,6 +101,8 @@ class BaseInterpreter:
 
     python: str
     source: str
+    chosen: bool = True
+    """False: nothing named the project's interpreter, this is paritybot's own (the config may)."""
 
     def describe(self) -> str:
         return f"{self.python} ({self.source})"
@@ -116,7 +118,25 @@ def choose_base(python: str | None, environ: Mapping[str, str], own: str = sys.e
     venv = environ.get("VIRTUAL_ENV")
     if venv and (Path(venv) / "bin" / "python").exists():
         return BaseInterpreter(str(Path(venv) / "bin" / "python"), "the active virtualenv, VIRTUAL_ENV")
-    return BaseInterpreter(own, "paritybot's own; --python PATH or an active virtualenv names the project's")
+    return BaseInterpreter(
+        own,
+        "paritybot's own; --python PATH, an active virtualenv or the environment's `python:` names the project's",
+        chosen=False,
+    )
+
+
+def with_configured(base: BaseInterpreter, configured: str | None, environment: str) -> BaseInterpreter:
+    """The config's interpreter (``environments[].python``) where nothing on the command line or
+    in the shell named one: what the user named themselves comes first."""
+    if base.chosen or not configured:
+        return base
+    found = shutil.which(configured)
+    if found is None:
+        raise LocalEnvError(
+            f"environment {environment}: python: {configured}: no such interpreter on this machine "
+            "(name another with --python PATH)"
+        )
+    return BaseInterpreter(found, f"the config's, environment {environment}")
 
 
 @dataclass(frozen=True)
