@@ -293,3 +293,25 @@ def test_a_base_that_cannot_import_what_the_head_fails_on_is_no_proof_of_an_old_
     on_base = no_build.model_copy(update={"message": missing_dependency})
     [same] = attribute([both], BaseOutcomes(results={"t.py::t": on_base}))
     assert same.cause == FailureCause.ON_BASE  # the same import error on both sides: already failing
+
+
+def test_a_src_layout_failure_is_run_on_the_bases_own_code_on_the_host(tmp_path: Path) -> None:
+    # A local run puts the head's `src/` first on the path; the failing test's run on the merge base
+    # must import the base's code, or every new failure of a src layout reads "already failing".
+    repo = GitRepo(tmp_path / "project")
+    repo.commit(
+        {
+            "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+            "src/calc/__init__.py": "",
+            "src/calc/stats.py": "def mean(values):\n    return sum(values) / len(values)\n",
+            "tests/test_stats.py": "from calc.stats import mean\n\n\ndef test_mean():\n    assert mean([1, 2]) == 1.5\n",
+        }
+    )
+    repo.git("checkout", "-q", "-b", "feature")
+    repo.commit({"src/calc/stats.py": "def mean(values):\n    return sum(values) // len(values)\n"})
+
+    done = run_cli("check", "--repo", str(repo.path), "--base", "main", "--runner", "host", home=tmp_path)
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "❌ 1 test failed" in done.stdout
+    assert "already failing" not in done.stdout and "not caused by this change" not in done.stdout

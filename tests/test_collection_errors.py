@@ -1,18 +1,26 @@
 """A project that does not import where its tests run: its modules are collection errors, named as
 such with their first error and the likely fix, never tests "not in this commit"; each module is
-listed once, and every count agrees with what is listed."""
+listed once, and every count agrees with what is listed.
+
+It happens in a container whose image lacks the project (the App's runs): on the host, a local
+run puts the commit's own tree (``src/`` too) first on the path (docs/local.md)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from cli_run import run_cli
+from docker_support import docker_client, test_image
 from gitrepo import GitRepo
 
 from bot.core.kinds import CheckKind
 from bot.core.models import RunReport
 from bot.render.check_results import render_check_runs
+
+__all__ = ["docker_client", "test_image"]  # the fixtures, imported for pytest
+pytestmark = pytest.mark.docker
 
 # Not installed and not on pytest's path: `import calc` fails in every test module. Doctests are
 # collected too, so pytest collects each test module twice (as tests and as doctests).
@@ -43,9 +51,18 @@ def _project(tmp_path: Path) -> GitRepo:
     return repo
 
 
-def test_a_project_that_does_not_import_is_a_collection_error_with_its_fix(tmp_path: Path) -> None:
+def in_container(image: str, tmp_path: Path) -> tuple[str, ...]:
+    """The options of a run in the test image, which has pytest and not the project."""
+    config = tmp_path / "paritybot.yml"
+    config.write_text(f"environments:\n  - name: ci\n    default: true\n    image: {image}\n    gpus: none\n")
+    return ("--runner", "docker", "--config", str(config))
+
+
+def test_a_project_that_does_not_import_is_a_collection_error_with_its_fix(
+    tmp_path: Path, test_image: str
+) -> None:
     repo = _project(tmp_path)
-    args = ("check", "--repo", str(repo.path), "--base", "main", "--runner", "host")
+    args = ("check", "--repo", str(repo.path), "--base", "main", *in_container(test_image, tmp_path))
 
     shown = run_cli(*args, home=tmp_path)
     as_json = run_cli(*args, "--json", home=tmp_path)
@@ -78,10 +95,19 @@ def test_a_project_that_does_not_import_is_a_collection_error_with_its_fix(tmp_p
     assert json.loads(as_json.stdout)["tests"]["collection_fix"].startswith("The project itself")
 
 
-def test_a_module_that_does_not_collect_is_one_hole_of_the_coverage_map(tmp_path: Path) -> None:
+def test_a_module_that_does_not_collect_is_one_hole_of_the_coverage_map(
+    tmp_path: Path, test_image: str
+) -> None:
     repo = _project(tmp_path)
     done = run_cli(
-        "coverage-map", "--repo", str(repo.path), "--rev", "main", "--runner", "host", "--json", home=tmp_path
+        "coverage-map",
+        "--repo",
+        str(repo.path),
+        "--rev",
+        "main",
+        *in_container(test_image, tmp_path),
+        "--json",
+        home=tmp_path,
     )
     doc = json.loads(done.stdout)
     paths = [e["path"] for e in doc["health"]["collection_errors"]]

@@ -292,7 +292,13 @@ class RunEnvRunner:
 
     def _in_env(self, step: Step) -> Step:
         assert self._prepared is not None
-        ours = self._prepared.variables
+        ours = dict(self._prepared.variables)
+        if step.workdir not in ("", "."):
+            # A step run in another tree of the workspace (the merge base's checkout, to tell
+            # whose failure it is) imports that tree's code first, never the head's.
+            ours["PYTHONPATH"] = os.pathsep.join(
+                str(p) for p in import_roots(self._prepared.tree / step.workdir)
+            )
         env = {**ours, **step.env}
         if step.env.get("PYTHONPATH"):  # the environment's own `env:` comes after the tree
             env["PYTHONPATH"] = f"{ours['PYTHONPATH']}{os.pathsep}{step.env['PYTHONPATH']}"
