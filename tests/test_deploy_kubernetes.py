@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from bot.core.release import VERSION
 from bot.service.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +147,6 @@ def test_selectors_match_the_pods_they_select() -> None:
 
 
 def test_each_workload_runs_its_roles_command_from_this_release() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     args = {role(w): container(w)["args"] for w in workloads().values()}
     assert args["serve"] == ["serve"]
     assert args["db-upgrade"] == ["db", "upgrade"]
@@ -157,7 +156,7 @@ def test_each_workload_runs_its_roles_command_from_this_release() -> None:
         defined = {e["name"] for e in container(w)["env"]}
         assert set(re.findall(r"\$\((\w+)\)", " ".join(container(w)["args"]))) <= defined
     for name, w in workloads().items():
-        assert container(w)["image"] == f"paritybot:{version}", name
+        assert container(w)["image"] == f"paritybot:{VERSION}", name
 
 
 def test_only_serve_holds_the_apps_key_and_webhook_secret() -> None:

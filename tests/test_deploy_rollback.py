@@ -214,7 +214,7 @@ def test_the_guides_pg_dump_and_pg_restore_bring_the_old_database_back(
         conn.execute("CREATE TABLE from_a_newer_release (id int)")
         conn.execute("DELETE FROM installations")
         conn.execute("INSERT INTO paritybot_schema_migrations (version, name) VALUES (99, 'newer')")
-    assert run_cli("db", "status", "--release", "0.2.0", env=env, timeout=60).returncode == 1
+    assert run_cli("db", "status", "--release", "0.3.0", env=env, timeout=60).returncode == 1
 
     run_block(
         "restore-postgres",
@@ -228,5 +228,5 @@ def test_the_guides_pg_dump_and_pg_restore_bring_the_old_database_back(
         assert owner.fetchone() == (name,)
         grants = conn.execute("SELECT has_table_privilege('paritybot_agent', 'procrastinate_jobs', 'UPDATE')")
         assert grants.fetchone() == (True,), "the agents' privileges come back with the tables"
-    status = run_cli("db", "status", "--release", "0.2.0", env=env, timeout=60)
+    status = run_cli("db", "status", "--release", "0.3.0", env=env, timeout=60)
     assert status.returncode == 0, status.stdout
