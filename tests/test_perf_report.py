@@ -235,6 +235,26 @@ def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_
     assert "tests/test_other.py::test_other" in done.stdout
 
 
+def test_each_side_of_a_src_layout_measures_its_own_code(tmp_path):
+    # A local run's environment puts the head's tree (its src/ first) on the path: the base side's
+    # processes must still import the base's package, or both sides measure the head.
+    repo = GitRepo(tmp_path / "repo")
+    base = repo.commit(
+        {
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            "src/pkg/__init__.py": "def work():\n    return sum(range(10))\n",
+            "tests/test_bench.py": BENCH_TEST,
+        }
+    )
+    repo.commit({"src/pkg/__init__.py": "def work():\n    raise ValueError('broken on head')\n"})
+
+    done = perf_cli(repo.path, base)
+
+    assert done.returncode == 0, done.stderr
+    crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
+    assert "⚠️ error: failed on head: call failed: ValueError: broken on head" in crash
+
+
 def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_and_says_why(tmp_path):
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(

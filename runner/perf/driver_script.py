@@ -66,6 +66,11 @@ TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
 def _side_env(spec, side, lib_dir):
     spec_side = spec["sides"][side]
     paths = [os.path.join(spec_side["root"], p) for p in spec_side.get("paths", ["."])]
+    src = os.path.join(spec_side["root"], "src")
+    if os.path.isdir(src) and not os.path.islink(src) and src not in paths:
+        # A src layout: the side's own package, ahead of any the environment puts on the path
+        # (a local run's environment puts the head's tree there).
+        paths.append(src)
     env = dict(os.environ)
     # The driver's own modules first (a file of the pull request cannot stand in for them; their
     # directory holds nothing else), then the side's paths, then what the image sets.
