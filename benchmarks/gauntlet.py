@@ -45,6 +45,7 @@ BUILD = "pip install --no-deps --no-build-isolation -e ."
 # tags: paritybot's working tree is an export, without git's history.
 BUILD_ENV = {"SETUPTOOLS_SCM_PRETEND_VERSION": "0.0.0"}
 SUITE_TIMEOUT_S = 900
+PARITYBOT_CODE = ("bot", "runner", "handlers", "pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,6 @@ PROJECTS = (
             "6c499fff1ee1cb2330347bf3586c72a5c84a07b3",
             "1dd8c3dfcc55235ae3753ce0db264da53bae4a80",
             "9bf8c446fa99cdfaf6409f9d5f8683c6b80f9843",
-            "5e265ef5e7b886c09f7e7a0ed8793ef780ae6e9a",
-            "6b7877ba1ab26635d9a450439484c94465cc41b8",
         ),
     ),
     Project(
@@ -311,6 +310,7 @@ def describe_pr(repo: Path, head: str) -> dict[str, Any]:
         "title": subject,
         "date": date,
         "changed": changed,
+        "touched": touched,
     }
 
 
@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rescore(stored, args.data_dir.resolve()), stored["title"]))
         return 0
     src = args.paritybot_src.resolve()
-    commit = git(src, "rev-parse", "--short=12", "HEAD")
+    # The code under test: the last commit that changed it, not this script's own.
+    commit = git(src, "log", "-1", "--format=%h", "--abbrev=12", "--", *PARITYBOT_CODE)
     label = args.label or commit
     data = args.data_dir.resolve()
     wanted = set(args.projects.split(","))
@@ -450,12 +451,17 @@ def main(argv: list[str] | None = None) -> int:
             rows += run_project(Workbench(project, data, src), args.stage, label, args.maps)
     if args.stage == "truth":
         return 0
-    dirty = " (uncommitted changes)" if git(src, "status", "--porcelain", "--untracked-files=no") else ""
+    changed = git(src, "status", "--porcelain", "--untracked-files=no", "--", *PARITYBOT_CODE)
+    dirty = " (with uncommitted changes)" if changed else ""
     title = f"paritybot {commit}{dirty}"
     for row in rows:
         row.pop("verdict")
-    results = {"title": title, "label": label, "rows": rows}
-    (data / f"results-{label}.json").write_text(json.dumps(results, indent=1))
+    path = data / f"results-{label}.json"
+    # Projects run apart under the same label add up to one table.
+    previous = json.loads(path.read_text())["rows"] if path.exists() else []
+    done = {row["project"] for row in rows}
+    rows = [row for row in previous if row["project"] not in done] + rows
+    path.write_text(json.dumps({"title": title, "label": label, "rows": rows}, indent=1))
     print(render(rows, title))
     return 0
 

@@ -131,6 +131,8 @@ def score_pr(
     contradicted = sorted((reported - head_failing) | (collect_errors - {_file_of(f) for f in head_failing}))
     confirmed = sorted(reported & head_failing)
     false_red = red and (bool(contradicted) or not confirmed)
+    # True, but not the change's doing: every failure it reports fails at base too.
+    red_on_base_failures = red and not false_red and set(confirmed) <= base_failing
 
     required = required_tests(head, pr.get("touched", {})) - unsure
     listed = _listed_with_reason(tests)
@@ -146,6 +148,7 @@ def score_pr(
         "status": status,
         "red": red,
         "false_red": false_red,
+        "red_on_base_failures": red_on_base_failures,
         "contradicted": contradicted,
         "confirmed_failures": confirmed,
         "run_error": (report or {}).get("error") or ("" if report else pr.get("check_error", "no report")),
@@ -171,6 +174,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "prs": len(rows),
         "false_reds": sum(1 for r in rows if r["score"]["false_red"]),
+        "red_on_base_failures": sum(1 for r in rows if r["score"].get("red_on_base_failures")),
         "silent_drops": sum(1 for r in rows if r["score"]["silent_drops"]),
         "silent_drop_tests": sum(len(r["score"]["silent_drops"]) for r in rows),
         "head_failures_not_selected": sum(len(r["score"]["head_failures_not_selected"]) for r in rows),
@@ -185,15 +189,17 @@ def render(rows: list[dict[str, Any]], title: str) -> str:
     lines = [
         f"#### {title}",
         "",
-        "| project | PRs | false reds | silent drops (tests) | head failures not selected (of) | median share of suite time |",
-        "|---|---|---|---|---|---|",
+        "| project | PRs | false reds | red, failures the base has too | silent drops (tests) "
+        "| head failures not selected (of) | median share of suite time |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in [*projects, "total"]:
         group = rows if name == "total" else [r for r in rows if r["project"] == name]
         s = summarise(group)
         label = "**total**" if name == "total" else name
         lines.append(
-            f"| {label} | {s['prs']} | {s['false_reds']} | {s['silent_drops']} ({s['silent_drop_tests']}) | "
+            f"| {label} | {s['prs']} | {s['false_reds']} | {s['red_on_base_failures']} | "
+            f"{s['silent_drops']} ({s['silent_drop_tests']}) | "
             f"{s['head_failures_not_selected']} (of {s['head_failures']}) | {s['median_share']:.1%} |"
         )
     lines += [
