@@ -125,6 +125,7 @@ PROJECTS = (
             "a3199dc633f0544553d2ca7c02d18be0d65d027b",
             "19865cc0e87558d1d105c9d674ebace501e41395",
             "fe3461beaca0e3157a8f953389faed14410b744e",
+            "ea1d66435b5de700f763f9a4cb828f2ef78fe731",
         ),
     ),
     Project(
