@@ -327,12 +327,14 @@ def test_compiled_sources_with_no_way_to_build_them_are_said_plainly(
     )
     repo.git("checkout", "-q", "-b", "change")
     repo.commit({"fast/core.pyx": "def answer():\n    return 42\n"})
+    before = contributor.fingerprint()
 
     done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "fast/core.pyx" in done.stdout and "no way to build them here" in done.stdout
     assert "passed" not in done.stdout
+    unchanged(contributor, before)
 
 
 def cov_project(path: Path) -> GitRepo:
