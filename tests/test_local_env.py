@@ -127,8 +127,8 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
     unchanged(contributor, before)
 
 
-# What meson-python's editable install does: a finder placed first on sys.meta_path that serves
-# the package from the contributor's checkout, ahead of sys.path and so of any tree.
+# An editable install whose import hook is placed first on sys.meta_path, serving the package
+# from the contributor's checkout ahead of sys.path, and so of any tree.
 IMPORT_HOOK = """\
 import importlib.util, sys
 
