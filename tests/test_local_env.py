@@ -136,8 +136,8 @@ def test_the_projects_interpreter_runs_it_not_paritybots(
     unchanged(contributor, before)
 
 
-# What meson-python's editable install does: a finder placed first on sys.meta_path that serves
-# the package from the contributor's checkout, ahead of sys.path and so of any tree.
+# An editable install whose import hook is placed first on sys.meta_path, serving the package
+# from the contributor's checkout ahead of sys.path, and so of any tree.
 IMPORT_HOOK = """\
 import importlib.util, sys
 
@@ -336,12 +336,14 @@ def test_compiled_sources_with_no_way_to_build_them_are_said_plainly(
     )
     repo.git("checkout", "-q", "-b", "change")
     repo.commit({"fast/core.pyx": "def answer():\n    return 42\n"})
+    before = contributor.fingerprint()
 
     done = contributor.paritybot(*host_check(repo), home=tmp_path)
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "fast/core.pyx" in done.stdout and "no way to build them here" in done.stdout
     assert "passed" not in done.stdout
+    unchanged(contributor, before)
 
 
 def cov_project(path: Path) -> GitRepo:
