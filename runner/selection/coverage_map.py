@@ -14,6 +14,9 @@ an empty or partial map says so instead of passing for a complete one.
 :func:`parse_coverage_db` also reads a coverage.py SQLite data file recorded with
 ``pytest --cov-context=test`` (pytest-cov) or ``[run] dynamic_context = test_function``, so a map
 can come from a project's own CI as well.
+
+Longer than most modules because the driver injected into the run is a script kept here, beside
+the parser of what it writes.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ same (one queued job). Deferring, cancelling and aborting call procrastinate's o
 inside paritybot's transactions. Only the agent running the current attempt may write its results
 (:meth:`PostgresStore.finish_attempt`): the procrastinate job must still be ``doing`` with that
 agent's worker id; anything else is discarded and logged by the caller.
+
+Longer than most modules: it is the store protocol for this backend (what agents and the reaper
+need is in :mod:`bot.service.store.postgres_fleet`).
 """
 
 from __future__ import annotations

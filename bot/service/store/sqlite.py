@@ -3,6 +3,9 @@
 One connection guarded by a lock serves the whole process, the webhook intake included: its one
 INSERT per delivery waits for the disk, not for the lock (see docs/intake.md). The schema is the
 numbered files of ``migrations/``, applied at start-up (:mod:`bot.service.store.sqlite_schema`).
+
+Longer than most modules: it is the whole store protocol for one backend, every query beside
+the others it must agree with; splitting it by table would scatter the transactions.
 """
 
 from __future__ import annotations
