@@ -36,6 +36,24 @@ _OWNED = (
     "EXISTS (SELECT 1 FROM procrastinate_jobs q WHERE q.id = %(qid)s AND q.status = 'doing' "
     "AND q.worker_id = %(worker)s)"
 )
+
+
+def _write_owned(
+    c: Any, assignments: str, state: str, args: dict[str, Any], *, returning: str = "1"
+) -> dict[str, Any] | None:
+    """UPDATE the job's attempt in ``state`` that this agent still owns (its queue job ``doing`` on
+    the agent's worker); the service is woken (NOTIFY, sent at commit) when it did. None: not
+    written, the attempt is no longer this agent's."""
+    row: dict[str, Any] | None = c.execute(
+        f"UPDATE jobs SET {assignments} WHERE id = %(id)s AND queue_job_id = %(qid)s "
+        f"AND state = '{state}' AND {_OWNED} RETURNING {returning}",
+        args,
+    ).fetchone()
+    if row is not None:
+        c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, args["id"]))
+    return row
+
+
 # The same query as procrastinate's get_stalled_jobs (select_stalled_jobs_by_heartbeat), run inside
 # the reaper's transaction so that it can lock what it takes.
 _STALLED = """
@@ -115,14 +133,14 @@ class FleetStore(PostgresStore):
         current attempt (cancelled, replaced, taken back)."""
         args = {"id": job_id, "qid": queue_job_id, "worker": worker_id, "host": host}
         with self._tx() as c:
-            row = c.execute(
-                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = now(), "
-                "finished_at = NULL, error = NULL, report = NULL, worker_id = %(worker)s, host = %(host)s "
-                f"WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'queued' AND {_OWNED} RETURNING *",
+            row = _write_owned(
+                c,
+                "state = 'running', attempts = attempts + 1, started_at = now(), finished_at = NULL, "
+                "error = NULL, report = NULL, worker_id = %(worker)s, host = %(host)s",
+                "queued",
                 args,
-            ).fetchone()
-            if row is not None:
-                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
+                returning="*",
+            )
         return _job(row) if row is not None else None
 
     def finish_attempt(self, job_id: str, queue_job_id: int, worker_id: int, report: RunReport) -> bool:
@@ -136,14 +154,14 @@ class FleetStore(PostgresStore):
             "report": _report_json(report),
         }
         with self._tx() as c:
-            row = c.execute(
-                "UPDATE jobs SET state = %(state)s, finished_at = now(), error = %(error)s, report = %(report)s, "
-                f"report_due = {DUE} WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
+            row = _write_owned(
+                c,
+                "state = %(state)s, finished_at = now(), error = %(error)s, report = %(report)s, "
+                f"report_due = {DUE}",
+                "running",
                 args,
-            ).fetchone()
+            )
             c.execute("DELETE FROM job_tokens WHERE queue_job_id = %s", (queue_job_id,))
-            if row is not None:
-                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
         return row is not None
 
     def save_attempt_progress(
@@ -153,13 +171,7 @@ class FleetStore(PostgresStore):
         publish at once; False (nothing written) unless this agent still owns the attempt."""
         args = {"id": job_id, "qid": queue_job_id, "worker": worker_id, "report": _report_json(report)}
         with self._tx() as c:
-            row = c.execute(
-                "UPDATE jobs SET report = %(report)s, progress = progress + 1 "
-                f"WHERE id = %(id)s AND queue_job_id = %(qid)s AND state = 'running' AND {_OWNED} RETURNING 1",
-                args,
-            ).fetchone()
-            if row is not None:
-                c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))
+            row = _write_owned(c, "report = %(report)s, progress = progress + 1", "running", args)
         return row is not None
 
     def requeue_attempt(self, job_id: str, queue_job_id: int, worker_id: int) -> bool:
