@@ -52,6 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from postgres_support import benchmark_server_url  # noqa: E402
+
 SECRET = "benchmark-secret"
 REPO = "octo-org/calc"
 HEARTBEAT_S, STALLED_S = 1.0, 5.0
@@ -603,12 +605,8 @@ def main() -> int:
         "--supersedes", type=int, default=5, help="pushes onto a running PR, for the supersede figure"
     )
     args = parser.parse_args()
-    server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
-    if not server:
-        print(
-            'PARITYBOT_TEST_DATABASE_URL is not set: scripts/postgres.sh start; eval "$(scripts/postgres.sh env)"',
-            file=sys.stderr,
-        )
+    server = benchmark_server_url()
+    if server is None:
         return 2
     name = f"bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server, autocommit=True) as conn:

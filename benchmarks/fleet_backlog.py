@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakegithub import FakeGitHub  # noqa: E402
 from fleet_harness import HEARTBEAT_S, ONE_ENVIRONMENT, REPO, STALLED_S, Fleet, Proc  # noqa: E402
+from postgres_support import benchmark_server_url  # noqa: E402
 
 from bot.core.kinds import CheckKind  # noqa: E402
 from bot.core.models import RunState  # noqa: E402
@@ -354,12 +355,8 @@ def main() -> int:
     )
     parser.add_argument("--only", choices=["neighbour", "deliveries", "one-machine"], help="only this part")
     args = parser.parse_args()
-    server = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
-    if not server:
-        print(
-            'PARITYBOT_TEST_DATABASE_URL is not set: scripts/postgres.sh start; eval "$(scripts/postgres.sh env)"',
-            file=sys.stderr,
-        )
+    server = benchmark_server_url()
+    if server is None:
         return 2
     asyncio.run(main_async(args, server))
     return 0

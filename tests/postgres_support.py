@@ -10,6 +10,7 @@ Use: ``from postgres_support import pg_url`` in a test module (the fixture, by n
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -19,6 +20,14 @@ import pytest
 from docker_support import unavailable
 
 START_HINT = "start one with `scripts/postgres.sh start` and `eval $(scripts/postgres.sh env)`"
+
+
+def benchmark_server_url() -> str | None:
+    """The server a benchmark script measures on; None after saying on stderr how to start one."""
+    url = os.environ.get("PARITYBOT_TEST_DATABASE_URL")
+    if not url:
+        print(f"PARITYBOT_TEST_DATABASE_URL is not set: {START_HINT}", file=sys.stderr)
+    return url or None
 
 
 def server_url() -> str:
