@@ -12,6 +12,7 @@ from selection_sample import SAMPLE, build_coverage_map, host_runner
 
 from bot.core.config import TestSettings
 from runner.backends.base import StepResult
+from runner.backends.host import HostRunner
 from runner.selection.coverage_map import (
     OUTPUT_PATH,
     CoverageMap,
@@ -163,3 +164,19 @@ def test_store_ignores_a_corrupt_file_and_refuses_odd_commit_names(tmp_path: Pat
     assert store.load("d" * 40) is None
     with pytest.raises(ValueError, match="not a commit sha"):
         store.load("../../etc/passwd")
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_plugin_autoload_turned_off_still_gives_a_map(tmp_path: Path, named: bool) -> None:
+    """With PYTEST_DISABLE_PLUGIN_AUTOLOAD pytest-cov and xdist load only where `-p` names them:
+    the step must not pass their options to a pytest that does not know them (exit 4, no map)."""
+    root = write_tree(tmp_path, SAMPLE)
+    env = {**host_runner().info.env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if named:
+        env["PYTEST_ADDOPTS"] = "-p pytest_cov -p xdist"
+    runner = HostRunner(env=env)
+    result = asyncio.run(runner.run(coverage_step(TestSettings()), root))
+    cmap = coverage_map_from_step(result)
+    assert len(cmap.tests) == 10
+    assert cmap.health is not None
+    assert cmap.health.turned_off == (["pytest-cov (--no-cov)", "pytest-xdist (-n 0)"] if named else [])

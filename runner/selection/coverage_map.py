@@ -133,7 +133,7 @@ class CoverageMap(BaseModel):
 # anything of the project, switches the context at each test, and writes the map as JSON.
 _DRIVER = """\
 \"\"\"Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON.\"\"\"
-import ast, importlib, importlib.util, json, os, sys
+import ast, importlib, importlib.util, json, os, re, sys
 
 import coverage
 import pytest
@@ -243,11 +243,29 @@ class MapPlugin:
 
 # Plugins that would record coverage themselves, or run the tests in other processes, take the
 # tests away from this process's coverage: the map would be empty. Turned off, and said so.
+# With PYTEST_DISABLE_PLUGIN_AUTOLOAD an installed plugin loads only where `-p` names it; its
+# options would otherwise be "unrecognized arguments".
+def will_load(name):
+    if importlib.util.find_spec(name) is None:
+        return False
+    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return True
+    named = [*sys.argv[4:], os.environ.get("PYTEST_ADDOPTS", ""), os.environ.get("PYTEST_PLUGINS", "")]
+    for ini in ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
+        try:
+            with open(ini, encoding="utf-8", errors="replace") as f:
+                named.append(f.read())
+        except OSError:
+            pass
+    plugins = os.environ.get("PYTEST_PLUGINS", "").replace(" ", "").split(",")
+    return name in plugins or re.search(r"-p\\s*" + re.escape(name) + r"\\b", " ".join(named)) is not None
+
+
 TURNED_OFF = []
-if importlib.util.find_spec("pytest_cov") is not None:
+if will_load("pytest_cov"):
     ARGS += ["--no-cov"]
     TURNED_OFF.append("pytest-cov (--no-cov)")
-if importlib.util.find_spec("xdist") is not None:
+if will_load("xdist"):
     ARGS += ["-n", "0", "--dist", "no"]
     TURNED_OFF.append("pytest-xdist (-n 0)")
 
