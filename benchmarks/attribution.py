@@ -44,7 +44,7 @@ from bot.core.models import RunRequest, RunScope, TestOutcome  # noqa: E402
 from bot.core.verdict import Verdict, verdict  # noqa: E402
 from runner.backends.base import RunnerRequest  # noqa: E402
 from runner.backends.host import HostRunner  # noqa: E402
-from runner.checks.ordering import coverage_breadth, failure_first  # noqa: E402
+from runner.checks.ordering import changed_names, coverage_breadth, failure_first  # noqa: E402
 from runner.checks.pytest_plugin import _names  # noqa: E402
 from runner.pipeline import Pipeline, PipelineDeps  # noqa: E402
 from runner.selection.coverage_map import coverage_map_from_step, coverage_step  # noqa: E402
@@ -106,6 +106,7 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
     rng = random.Random(args.seed)
     rows: dict[str, list[float]] = {
         "failure-first": [],
+        "failure-first without test names": [],
         "failure-first without coverage breadth": [],
         "pytest order": [],
         "random order": [],
@@ -134,10 +135,13 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
         )
         if not failing & set(items):
             continue  # the selection missed it (the selection benchmark counts those)
-        ours = plugin_order(items, failure_first(selection, set(), set(), breadth))
-        plain = plugin_order(items, failure_first(selection, set(), set()))
+        names = changed_names(proj.work, base, head, [])
+        ours = plugin_order(items, failure_first(selection, set(), set(), breadth, names))
+        unnamed = plugin_order(items, failure_first(selection, set(), set(), breadth))
+        plain = plugin_order(items, failure_first(selection, set(), set(), None, names))
         orders = {
             "failure-first": [ours],
+            "failure-first without test names": [unnamed],
             "failure-first without coverage breadth": [plain],
             "pytest order": [items],
         }

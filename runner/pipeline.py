@@ -60,7 +60,7 @@ from runner.checks.attribution import (
     run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
-from runner.checks.ordering import changed_test_files, coverage_breadth, failure_first
+from runner.checks.ordering import changed_names, changed_test_files, coverage_breadth, failure_first
 from runner.checks.precommit import run_precommit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
@@ -578,7 +578,10 @@ class Pipeline:
             changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
         )
         breadth = await asyncio.to_thread(self._coverage_breadth, ws.path, ws.base_sha)
-        return failure_first(selection, changed, recent, breadth)
+        names = await asyncio.to_thread(
+            changed_names, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
+        )
+        return failure_first(selection, changed, recent, breadth, names)
 
     def _coverage_breadth(self, repo: Path, base_sha: str) -> dict[str, int]:
         if not self.config.tests.use_coverage_map:

@@ -15,7 +15,7 @@ from sample_repo import BROKEN_TEST, SUITE_SIZE, SampleRepo, git, make_sample_re
 from bot.core.config import TestSettings
 from bot.core.models import SelectedTest, Selection
 from runner.backends.host import HostRunner
-from runner.checks.ordering import changed_test_files, coverage_breadth, failure_first
+from runner.checks.ordering import changed_names, changed_test_files, coverage_breadth, failure_first
 from runner.checks.repro import ReproContext
 from runner.checks.testexec import TestRun, run_tests
 from runner.selection.coverage_map import CoverageMap
@@ -102,3 +102,50 @@ def test_among_the_selection_the_narrowest_coverage_runs_first() -> None:
         "tests/test_e2e.py::test_all",
         "tests/test_new.py::test_x",  # not in the map: after those it knows, in the selection's order
     ]
+
+
+def test_tests_named_for_what_the_change_edits_run_first(tmp_path: Path) -> None:
+    repo = GitRepo(tmp_path / "r")
+    lib = "def merge(a, b):\n    return {**a, **b}\n\n\nclass Dicts:\n    def assoc(self, d, k, v):\n        return d\n"
+    base = repo.commit({"toolkit/dicts.py": lib, "toolkit/other.py": "X = 1\n"})
+    head = repo.commit({"toolkit/dicts.py": lib.replace("{**a, **b}", "{**b, **a}")})
+    names = changed_names(repo.path, base, head, [])
+    assert names.symbols == {"merge"} and names.modules == {"dicts"}
+    selection = Selection(
+        tests=[
+            SelectedTest(nodeid=n, reasons=["runs toolkit/dicts.py:2"])
+            for n in (
+                "tests/test_api.py::test_everything",
+                "tests/test_dicts.py::test_assoc",
+                "tests/test_dicts.py::TestMerge::test_empty",
+                "tests/test_dicts.py::test_merge_with_none[1]",
+                "tests/test_dicts.py::test_merge",
+                "tests/test_merged.py::test_merged_view",
+            )
+        ]
+    )
+    breadth = {"tests/test_api.py::test_everything": 1, "tests/test_dicts.py::test_assoc": 2}
+    assert failure_first(selection, set(), set(), breadth, names) == [
+        "tests/test_dicts.py::test_merge",  # named for the edited function
+        "tests/test_dicts.py::TestMerge::test_empty",  # its class is, or its name holds it
+        "tests/test_dicts.py::test_merge_with_none[1]",
+        "tests/test_dicts.py::test_assoc",  # the edited module's test file, narrowest first
+        "tests/test_api.py::test_everything",
+        "tests/test_merged.py::test_merged_view",  # "merged" is not "merge"
+    ]
+
+
+def test_an_edit_outside_any_function_or_in_a_file_that_does_not_parse_names_its_module(
+    tmp_path: Path,
+) -> None:
+    repo = GitRepo(tmp_path / "r")
+    base = repo.commit(
+        {"pkg/__init__.py": "A = 1\n", "pkg/broken.py": "def f(:\n", "tests/test_x.py": "X = 1\n"}
+    )
+    head = repo.commit(
+        {"pkg/__init__.py": "A = 2\n", "pkg/broken.py": "def f(:\n  pass\n", "tests/test_x.py": "X = 2\n"}
+    )
+    names = changed_names(repo.path, base, head, [])
+    assert names.symbols == set()
+    assert names.modules == {"pkg", "broken"}  # the test file is not a source of names
+    assert changed_test_files(repo.path, base, head, []) == {"tests/test_x.py"}  # pytest's default names
