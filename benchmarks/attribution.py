@@ -40,12 +40,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import selection as sel  # noqa: E402  (the selection benchmark: projects, maps, mutations)
 
 from bot.core.config import RepoConfig, TestSettings  # noqa: E402
-from bot.core.models import RunRequest, RunScope, TestOutcome  # noqa: E402
+from bot.core.models import RunRequest, RunScope, Selection, TestOutcome  # noqa: E402
 from bot.core.verdict import Verdict, verdict  # noqa: E402
 from runner.backends.base import RunnerRequest  # noqa: E402
 from runner.backends.host import HostRunner  # noqa: E402
-from runner.checks.ordering import changed_names, coverage_breadth, failure_first  # noqa: E402
+from runner.checks.ordering import changed_names, coverage_breadth, covering_tests, failure_first  # noqa: E402
 from runner.checks.pytest_plugin import _names  # noqa: E402
+from runner.gitdiff import changed_lines  # noqa: E402
 from runner.pipeline import Pipeline, PipelineDeps  # noqa: E402
 from runner.selection.coverage_map import coverage_map_from_step, coverage_step  # noqa: E402
 from runner.selection.pr import GivenMap, select_tests  # noqa: E402
@@ -110,6 +111,10 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
         "failure-first without coverage breadth": [],
         "pytest order": [],
         "random order": [],
+        "oracle (a failing test first: the ceiling)": [],
+        "whole suite, failure-first": [],
+        "whole suite, pytest order": [],
+        "whole suite, random order": [],
     }
     breadth = coverage_breadth(cmap)
     first_s: dict[str, list[float]] = {k: [] for k in rows}
@@ -146,6 +151,24 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
             "pytest order": [items],
         }
         orders["random order"] = [rng.sample(items, len(items)) for _ in range(SHUFFLES)]
+        orders["oracle (a failing test first: the ceiling)"] = [sorted(items, key=lambda t: t not in failing)]
+        # The same change when the whole suite runs (a conftest.py or packaging change, `all`).
+        covering = covering_tests(cmap, changed_lines(proj.work, base, head, include_deletions=True))
+        whole = Selection(whole_suite=True)
+        suite = proj.all_tests
+        orders["whole suite, failure-first"] = [
+            plugin_order(suite, failure_first(whole, set(), set(), breadth, names, covering))
+        ]
+        orders["whole suite, failure-first without test names"] = [
+            plugin_order(suite, failure_first(whole, set(), set(), breadth, None, covering))
+        ]
+        orders["whole suite, pytest order"] = [suite]
+        orders["whole suite, random order"] = [rng.sample(suite, len(suite)) for _ in range(SHUFFLES)]
+        if os.environ.get("BENCH_ORDER_DEBUG"):
+            pos = next(i for i, t in enumerate(ours, 1) if t in failing)
+            print(f"{m.path}:{m.line} names={sorted(names.symbols)} first failure at {pos}/{len(ours)}")
+            for t in ours:
+                print(f"   {'F' if t in failing else ' '} {names.affinity(t)} {breadth.get(t)} {t}")
         for name, variants in orders.items():
             rows[name].append(statistics.mean(apfd(o, failing) for o in variants))
             first_s[name].append(statistics.mean(time_to_first(o, failing, proj.durations) for o in variants))

@@ -60,7 +60,13 @@ from runner.checks.attribution import (
     run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
-from runner.checks.ordering import changed_names, changed_test_files, coverage_breadth, failure_first
+from runner.checks.ordering import (
+    changed_names,
+    changed_test_files,
+    coverage_breadth,
+    covering_tests,
+    failure_first,
+)
 from runner.checks.precommit import run_precommit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
@@ -68,7 +74,7 @@ from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
 from runner.checks.streaming import MIN_INTERVAL_S, POLL_S, LiveTail
 from runner.checks.testexec import LIVE_PATH, TestRunError, run_tests
 from runner.git import GitError
-from runner.gitdiff import same_files
+from runner.gitdiff import changed_lines, same_files
 from runner.hints import setup_failure_hint
 from runner.parity import build_parity, reference_from_config
 from runner.perf.selection import select_benchmarks, where_looked, why_lines
@@ -86,6 +92,7 @@ from runner.perf.step import (
 from runner.probe.probe import parse_probe, probe_step
 from runner.project_stack import project_stack
 from runner.selection.coverage_map import (
+    CoverageMap,
     CoverageMapError,
     CoverageMapStore,
     coverage_map_from_step,
@@ -574,20 +581,21 @@ class Pipeline:
         recent = await self.deps.history.recently_failed() if self.deps.history is not None else set()
         if ws.base_sha is None:
             return failure_first(selection, set(), recent)
-        changed = await asyncio.to_thread(
-            changed_test_files, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
-        )
-        breadth = await asyncio.to_thread(self._coverage_breadth, ws.path, ws.base_sha)
-        names = await asyncio.to_thread(
-            changed_names, ws.path, ws.base_sha, ws.head_sha, self.config.tests.paths
-        )
-        return failure_first(selection, changed, recent, breadth, names)
+        base, head, roots = ws.base_sha, ws.head_sha, self.config.tests.paths
+        changed = await asyncio.to_thread(changed_test_files, ws.path, base, head, roots)
+        names = await asyncio.to_thread(changed_names, ws.path, base, head, roots)
+        cmap = await asyncio.to_thread(self._base_map, ws.path, base)
+        covering: set[str] = set()
+        if cmap is not None and selection.whole_suite:
+            lines = await asyncio.to_thread(changed_lines, ws.path, base, head, include_deletions=True)
+            covering = covering_tests(cmap, lines)
+        return failure_first(selection, changed, recent, coverage_breadth(cmap), names, covering)
 
-    def _coverage_breadth(self, repo: Path, base_sha: str) -> dict[str, int]:
+    def _base_map(self, repo: Path, base_sha: str) -> CoverageMap | None:
         if not self.config.tests.use_coverage_map:
-            return {}
+            return None
         cmap, _ = nearest_map(repo, base_sha, CoverageMapStore(self._coverage_dir()))
-        return coverage_breadth(cmap)
+        return cmap
 
     async def _setup(self, report: RunReport, ws: Workspace) -> str | None:
         """The environment's set-up commands (e.g. `pip install -e .`); a message when one fails.

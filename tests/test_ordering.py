@@ -15,7 +15,14 @@ from sample_repo import BROKEN_TEST, SUITE_SIZE, SampleRepo, git, make_sample_re
 from bot.core.config import TestSettings
 from bot.core.models import SelectedTest, Selection
 from runner.backends.host import HostRunner
-from runner.checks.ordering import changed_names, changed_test_files, coverage_breadth, failure_first
+from runner.checks.ordering import (
+    ChangedNames,
+    changed_names,
+    changed_test_files,
+    coverage_breadth,
+    covering_tests,
+    failure_first,
+)
 from runner.checks.repro import ReproContext
 from runner.checks.testexec import TestRun, run_tests
 from runner.selection.coverage_map import CoverageMap
@@ -149,3 +156,23 @@ def test_an_edit_outside_any_function_or_in_a_file_that_does_not_parse_names_its
     assert names.symbols == set()
     assert names.modules == {"pkg", "broken"}  # the test file is not a source of names
     assert changed_test_files(repo.path, base, head, []) == {"tests/test_x.py"}  # pytest's default names
+
+
+def test_with_the_whole_suite_the_tests_that_run_the_changed_lines_go_first() -> None:
+    cmap = CoverageMap(
+        tests=["tests/test_a.py::test_wide", "tests/test_b.py::test_other", "tests/test_a.py::test_narrow"],
+        files={"lib.py": {1: [0, 2], 2: [0], 5: [1]}},
+    )
+    covering = covering_tests(cmap, {"lib.py": {1}, "unknown.py": {3}})
+    assert covering == {"tests/test_a.py::test_wide", "tests/test_a.py::test_narrow"}
+    order = failure_first(
+        Selection(whole_suite=True),
+        {"tests/test_new.py"},
+        set(),
+        coverage_breadth(cmap),
+        ChangedNames(),
+        covering,
+    )
+    # the changed test file, then the map's tests that ran the change, narrowest first; the rest
+    # of the suite (test_other) keeps pytest's order after them
+    assert order == ["tests/test_new.py", "tests/test_a.py::test_narrow", "tests/test_a.py::test_wide"]

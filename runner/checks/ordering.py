@@ -128,17 +128,30 @@ def failure_first(
     recently_failed: set[str],
     breadth: dict[str, int] | None = None,
     names: ChangedNames | None = None,
+    covering: set[str] | None = None,
 ) -> list[str]:
     """The ids to run first, in order: an order file for the plugin. With the whole suite selected,
-    only the changed test files and recent failures, which then run before the rest."""
+    the changed test files and recent failures, then the tests of the coverage map that run the
+    changed lines (``covering``) or are named for what the change edits; the rest after them."""
     first = sorted(recently_failed) + sorted(changed_files - recently_failed)
     known = breadth or {}
-    middle = [t.nodeid for t in selection.tests if not _only_always_run(t.reasons)]
     named = names or ChangedNames()
-    # stable: the selection's order among equals
+    if selection.whole_suite:
+        middle = [t for t in known if t in (covering or set()) or named.affinity(t) > 0]
+    else:
+        middle = [t.nodeid for t in selection.tests if not _only_always_run(t.reasons)]
+    # stable: the selection's (or the map's) order among equals
     middle.sort(key=lambda n: (-named.affinity(n), known.get(n, 1 << 62)))
     last = [t.nodeid for t in selection.tests if _only_always_run(t.reasons)]
     return list(dict.fromkeys([*first, *middle, *last]))
+
+
+def covering_tests(cmap: CoverageMap | None, lines: dict[str, set[int]]) -> set[str]:
+    """The map's tests that ran any of the changed lines (an ordering hint: the map may be of an
+    older commit, and ordering never changes which tests run)."""
+    if cmap is None:
+        return set()
+    return {t for path, numbers in lines.items() for t in cmap.tests_at(path, numbers)}
 
 
 def _only_always_run(reasons: list[str]) -> bool:
