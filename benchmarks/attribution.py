@@ -44,7 +44,7 @@ from bot.core.models import RunRequest, RunScope, Selection, TestOutcome  # noqa
 from bot.core.verdict import Verdict, verdict  # noqa: E402
 from runner.backends.base import RunnerRequest  # noqa: E402
 from runner.backends.host import HostRunner  # noqa: E402
-from runner.checks.ordering import changed_names, coverage_breadth, covering_tests, failure_first  # noqa: E402
+from runner.checks.ordering import coverage_breadth, covering_tests, failure_first  # noqa: E402
 from runner.checks.pytest_plugin import _names  # noqa: E402
 from runner.gitdiff import changed_lines  # noqa: E402
 from runner.pipeline import Pipeline, PipelineDeps  # noqa: E402
@@ -107,7 +107,6 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
     rng = random.Random(args.seed)
     rows: dict[str, list[float]] = {
         "failure-first": [],
-        "failure-first without test names": [],
         "failure-first without coverage breadth": [],
         "pytest order": [],
         "random order": [],
@@ -140,13 +139,10 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
         )
         if not failing & set(items):
             continue  # the selection missed it (the selection benchmark counts those)
-        names = changed_names(proj.work, base, head, [])
-        ours = plugin_order(items, failure_first(selection, set(), set(), breadth, names))
-        unnamed = plugin_order(items, failure_first(selection, set(), set(), breadth))
-        plain = plugin_order(items, failure_first(selection, set(), set(), None, names))
+        ours = plugin_order(items, failure_first(selection, set(), set(), breadth))
+        plain = plugin_order(items, failure_first(selection, set(), set()))
         orders = {
             "failure-first": [ours],
-            "failure-first without test names": [unnamed],
             "failure-first without coverage breadth": [plain],
             "pytest order": [items],
         }
@@ -157,18 +153,10 @@ def measure_ordering(proj: sel.Project, base: str, cmap: sel.CoverageMap, args: 
         whole = Selection(whole_suite=True)
         suite = proj.all_tests
         orders["whole suite, failure-first"] = [
-            plugin_order(suite, failure_first(whole, set(), set(), breadth, names, covering))
-        ]
-        orders["whole suite, failure-first without test names"] = [
-            plugin_order(suite, failure_first(whole, set(), set(), breadth, None, covering))
+            plugin_order(suite, failure_first(whole, set(), set(), breadth, covering=covering))
         ]
         orders["whole suite, pytest order"] = [suite]
         orders["whole suite, random order"] = [rng.sample(suite, len(suite)) for _ in range(SHUFFLES)]
-        if os.environ.get("BENCH_ORDER_DEBUG"):
-            pos = next(i for i, t in enumerate(ours, 1) if t in failing)
-            print(f"{m.path}:{m.line} names={sorted(names.symbols)} first failure at {pos}/{len(ours)}")
-            for t in ours:
-                print(f"   {'F' if t in failing else ' '} {names.affinity(t)} {breadth.get(t)} {t}")
         for name, variants in orders.items():
             rows[name].append(statistics.mean(apfd(o, failing) for o in variants))
             first_s[name].append(statistics.mean(time_to_first(o, failing, proj.durations) for o in variants))

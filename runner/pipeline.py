@@ -61,7 +61,6 @@ from runner.checks.attribution import (
 )
 from runner.checks.docstrings import check_docstrings
 from runner.checks.ordering import (
-    changed_names,
     changed_test_files,
     coverage_breadth,
     covering_tests,
@@ -583,13 +582,12 @@ class Pipeline:
             return failure_first(selection, set(), recent)
         base, head, roots = ws.base_sha, ws.head_sha, self.config.tests.paths
         changed = await asyncio.to_thread(changed_test_files, ws.path, base, head, roots)
-        names = await asyncio.to_thread(changed_names, ws.path, base, head, roots)
         cmap = await asyncio.to_thread(self._base_map, ws.path, base)
         covering: set[str] = set()
         if cmap is not None and selection.whole_suite:
             lines = await asyncio.to_thread(changed_lines, ws.path, base, head, include_deletions=True)
             covering = covering_tests(cmap, lines)
-        return failure_first(selection, changed, recent, coverage_breadth(cmap), names, covering)
+        return failure_first(selection, changed, recent, coverage_breadth(cmap), covering=covering)
 
     def _base_map(self, repo: Path, base_sha: str) -> CoverageMap | None:
         if not self.config.tests.use_coverage_map:

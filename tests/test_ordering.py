@@ -16,8 +16,6 @@ from bot.core.config import TestSettings
 from bot.core.models import SelectedTest, Selection
 from runner.backends.host import HostRunner
 from runner.checks.ordering import (
-    ChangedNames,
-    changed_names,
     changed_test_files,
     coverage_breadth,
     covering_tests,
@@ -111,51 +109,13 @@ def test_among_the_selection_the_narrowest_coverage_runs_first() -> None:
     ]
 
 
-def test_tests_named_for_what_the_change_edits_run_first(tmp_path: Path) -> None:
+def test_changed_tests_are_found_by_pytests_default_names_without_test_roots(tmp_path: Path) -> None:
     repo = GitRepo(tmp_path / "r")
-    lib = "def merge(a, b):\n    return {**a, **b}\n\n\nclass Dicts:\n    def assoc(self, d, k, v):\n        return d\n"
-    base = repo.commit({"toolkit/dicts.py": lib, "toolkit/other.py": "X = 1\n"})
-    head = repo.commit({"toolkit/dicts.py": lib.replace("{**a, **b}", "{**b, **a}")})
-    names = changed_names(repo.path, base, head, [])
-    assert names.symbols == {"merge"} and names.modules == {"dicts"}
-    selection = Selection(
-        tests=[
-            SelectedTest(nodeid=n, reasons=["runs toolkit/dicts.py:2"])
-            for n in (
-                "tests/test_api.py::test_everything",
-                "tests/test_dicts.py::test_assoc",
-                "tests/test_dicts.py::TestMerge::test_empty",
-                "tests/test_dicts.py::test_merge_with_none[1]",
-                "tests/test_dicts.py::test_merge",
-                "tests/test_merged.py::test_merged_view",
-            )
-        ]
-    )
-    breadth = {"tests/test_api.py::test_everything": 1, "tests/test_dicts.py::test_assoc": 2}
-    assert failure_first(selection, set(), set(), breadth, names) == [
-        "tests/test_dicts.py::test_merge",  # named for the edited function
-        "tests/test_dicts.py::TestMerge::test_empty",  # its class is, or its name holds it
-        "tests/test_dicts.py::test_merge_with_none[1]",
-        "tests/test_dicts.py::test_assoc",  # the edited module's test file, narrowest first
-        "tests/test_api.py::test_everything",
-        "tests/test_merged.py::test_merged_view",  # "merged" is not "merge"
-    ]
-
-
-def test_an_edit_outside_any_function_or_in_a_file_that_does_not_parse_names_its_module(
-    tmp_path: Path,
-) -> None:
-    repo = GitRepo(tmp_path / "r")
-    base = repo.commit(
-        {"pkg/__init__.py": "A = 1\n", "pkg/broken.py": "def f(:\n", "tests/test_x.py": "X = 1\n"}
-    )
+    base = repo.commit({"pkg/core.py": "A = 1\n", "tests/test_x.py": "X = 1\n", "src/pkg/y_test.py": ""})
     head = repo.commit(
-        {"pkg/__init__.py": "A = 2\n", "pkg/broken.py": "def f(:\n  pass\n", "tests/test_x.py": "X = 2\n"}
+        {"pkg/core.py": "A = 2\n", "tests/test_x.py": "X = 2\n", "src/pkg/y_test.py": "Y = 1\n"}
     )
-    names = changed_names(repo.path, base, head, [])
-    assert names.symbols == set()
-    assert names.modules == {"pkg", "broken"}  # the test file is not a source of names
-    assert changed_test_files(repo.path, base, head, []) == {"tests/test_x.py"}  # pytest's default names
+    assert changed_test_files(repo.path, base, head, []) == {"tests/test_x.py", "src/pkg/y_test.py"}
 
 
 def test_with_the_whole_suite_the_tests_that_run_the_changed_lines_go_first() -> None:
@@ -170,8 +130,7 @@ def test_with_the_whole_suite_the_tests_that_run_the_changed_lines_go_first() ->
         {"tests/test_new.py"},
         set(),
         coverage_breadth(cmap),
-        ChangedNames(),
-        covering,
+        covering=covering,
     )
     # the changed test file, then the map's tests that ran the change, narrowest first; the rest
     # of the suite (test_other) keeps pytest's order after them
