@@ -39,6 +39,7 @@ from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
 from bot.service.supervisor import Supervisor
+from bot.service.viewers import GATE_KEY, ViewerGate, oauth_client
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
 from handlers.context import HandlerContext
@@ -270,6 +271,10 @@ async def _build(
         on_recorded=recorded.set,
         loops_down=supervisor.down,
     )
+    # Who may see a repository's pages; the pages ask it (GATE_KEY) before they answer.
+    gate = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
+    web_app[GATE_KEY] = gate
+    gate.add_routes(web_app.router)
     return Service(
         settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, instance, fleet
     )

@@ -257,6 +257,10 @@ class GitHubApp:
             gate=self.gate,
         )
 
+    def api(self, token: str | None = None) -> GitHubAPI:
+        """A client with ``token`` (a viewer's own, say), or none: the App's JWT is passed per call."""
+        return self._api(token)
+
     def jwt(self) -> str:
         return apps.get_jwt(app_id=str(self.app_id), private_key=self._private_key)
 
