@@ -31,6 +31,9 @@ from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
 from bot.service.instance import Instance
+from bot.service.metrics import Metrics
+from bot.service.operators import OperatorAccess, OperatorPages
+from bot.service.pages import add_static_routes
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
@@ -265,12 +268,22 @@ async def _build(
         concurrency=DISPATCH_CONCURRENCY if fleet is not None else 1,
     )
     supervisor = Supervisor()
+    metrics = Metrics(store)
+    app.gate.on_response = metrics.github_response
+    reconciler.on_published = metrics.run_published
     web_app = create_web_app(
         settings.webhook_secret.get_secret_value(),
         store,
         on_recorded=recorded.set,
         loops_down=supervisor.down,
+        metrics=metrics,
     )
+    access = OperatorAccess(settings.operator_token(), settings.operator_pages_public)
+    mode = "several hosts (PostgreSQL)" if fleet is not None else "one machine (SQLite)"
+    OperatorPages(store, metrics, access, github_url=settings.github_url, mode=mode).add_routes(
+        web_app.router
+    )
+    add_static_routes(web_app.router)
     # Who may see a repository's pages; the pages ask it (GATE_KEY) before they answer.
     gate = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
     web_app[GATE_KEY] = gate

@@ -209,16 +209,15 @@ class Settings(BaseSettings):
         # Read once, at start-up: a missing or empty file stops the service with one line naming it.
         # Before the App exists (none of its files yet) there is nothing to read: `serve` offers
         # its set-up page instead (bot/service/setup.py).
-        if self.awaiting_app_setup():
-            return self
-        if self.app_id_file is not None:
+        setting_up = self.awaiting_app_setup()
+        if self.app_id_file is not None and not setting_up:
             if self.app_id is not None:
                 raise SettingsError("PARITYBOT_APP_ID_FILE: PARITYBOT_APP_ID is set too; keep one")
             text = _read_secret("APP_ID_FILE", self.app_id_file)
             if not text.isdigit():
                 raise SettingsError(f"PARITYBOT_APP_ID_FILE: {self.app_id_file} holds no App id (digits)")
             self.app_id = int(text)
-        if self.webhook_secret_file is not None:
+        if self.webhook_secret_file is not None and not setting_up:
             if self.webhook_secret is not None:
                 raise SettingsError(
                     "PARITYBOT_WEBHOOK_SECRET_FILE: PARITYBOT_WEBHOOK_SECRET is set too; keep one"

@@ -215,7 +215,7 @@ class ViewerGate:
         if known is not None:
             return known
         try:
-            data = await self._app.api(viewer.token).getitem(f"/repos/{repository}")
+            data = await self._app.as_viewer(viewer.token).getitem(f"/repos/{repository}")
             allowed = bool((data.get("permissions") or {}).get("pull", True))
         except BadRequest as exc:  # 404 (no access), 403, 401 (a revoked token)
             allowed = False
@@ -255,7 +255,7 @@ class ViewerGate:
         if token is None:
             return web.Response(status=400, text="GitHub refused this sign-in: sign in again.")
         try:
-            user = await self._app.api(token).getitem("/user")
+            user = await self._app.as_viewer(token).getitem("/user")
         except GitHubException:
             return web.Response(status=502, text="GitHub did not say who signed in: sign in again.")
         response = _redirect(safe_next(str(expected.get("next"))))
