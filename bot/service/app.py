@@ -38,6 +38,7 @@ from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
+from bot.service.setup import SetupPages
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
@@ -303,6 +304,43 @@ async def start_service(service: Service) -> None:
     service.dispatcher.start(service.supervisor)
 
 
+async def serve_setup(settings: Settings) -> bool:
+    """No App yet: the one-time set-up page (bot/service/setup.py) until the App is registered
+    (True: serve as the App now) or the service is stopped (False)."""
+    async with aiohttp.ClientSession() as session:
+        setup = SetupPages(settings, session)
+        web_app = web.Application()
+        setup.add_routes(web_app.router)
+        add_static_routes(web_app.router)
+        web_app.router.add_get("/healthz", _awaiting_setup)
+        runner = web.AppRunner(web_app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        log.warning(
+            "no GitHub App configured: register it at the set-up page", url=f"{settings.public_url}/setup"
+        )
+        stop = _stop_on_signals()
+        done, stopping = asyncio.create_task(setup.done.wait()), asyncio.create_task(stop.wait())
+        await asyncio.wait([done, stopping], return_when=asyncio.FIRST_COMPLETED)
+        for task in (done, stopping):
+            task.cancel()
+        await runner.cleanup()
+        return setup.done.is_set()
+
+
+async def _awaiting_setup(request: web.Request) -> web.Response:
+    return web.json_response({"status": "awaiting set-up", "setup": "/setup"})
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def serve(settings: Settings) -> None:
     service = await build_service(settings)
     await start_service(service)
@@ -311,12 +349,7 @@ async def serve(settings: Settings) -> None:
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     log.info("serving", host=settings.host, port=settings.port, api=settings.github_api_url)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await _stop_on_signals().wait()
     log.info("shutting down")
     await runner.cleanup()
     await service.stop()

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
         description="where browsers reach this service (https://paritybot.example.org): the sign-in's "
         "callback and the set-up page's App are made from it",
     )
+    app_manifest: Path = Field(
+        Path("deploy/app-manifest.yml"), description="the App's manifest the set-up page registers"
+    )
     operator_token_file: Path | None = Field(
         None, description="a file holding the bearer token that /metrics and /status ask for"
     )
