@@ -4,63 +4,16 @@ user authorization, against the fake GitHub's website and API), and the session 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from http.cookies import SimpleCookie
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import unused_port
 from fakegithub import FakeGitHub, rest_spec
 from openapi_schema_validator import OAS30ReadValidator
+from viewer_site import PRIVATE, PUBLIC, Site, start_site
 from yarl import URL
 
-from bot.service.github import GitHubApp
-from bot.service.viewers import GATE_KEY, SESSION_COOKIE, OAuthClient, ViewerGate, safe_next
-
-PUBLIC = "acme/open"
-PRIVATE = "acme/secret"
-
-
-@dataclass
-class Site:
-    url: str
-    gate: ViewerGate
-    clock: list[float]
-
-
-async def page(request: web.Request) -> web.StreamResponse:
-    """The page behind the gate (the run page, in the service)."""
-    repository = f"{request.match_info['owner']}/{request.match_info['repo']}"
-    denied = await request.app[GATE_KEY](request, repository)
-    if denied is not None:
-        return denied
-    return web.Response(text=f"the runs of {repository}")
-
-
-async def start_site(fake: FakeGitHub, *, sign_in: bool = True) -> AsyncIterator[Site]:
-    fake.add_repo(PUBLIC, installation_id=7)
-    fake.add_repo(PRIVATE, installation_id=7, private=True)
-    fake.set_role(PRIVATE, "alice", "read")
-    port = unused_port()
-    public_url = f"http://127.0.0.1:{port}"
-    fake.web.callback_urls = [f"{public_url}/oauth/callback"]
-    clock = [1000.0]
-    async with aiohttp.ClientSession() as session:
-        app = GitHubApp(session, fake.app_id, fake.private_key_pem, fake.url)
-        oauth = OAuthClient(fake.web.client_id, fake.web.client_secret, fake.web.url, public_url)
-        gate = ViewerGate(app, session, oauth if sign_in else None, access_ttl_s=60, clock=lambda: clock[0])
-        web_app = web.Application()
-        web_app[GATE_KEY] = gate
-        gate.add_routes(web_app.router)
-        web_app.router.add_get("/runs/{owner}/{repo}", page)
-        runner = web.AppRunner(web_app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            yield Site(public_url, gate, clock)
-        finally:
-            await runner.cleanup()
+from bot.service.viewers import SESSION_COOKIE, safe_next
 
 
 @pytest.fixture
