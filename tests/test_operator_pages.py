@@ -4,6 +4,8 @@ machine, PostgreSQL with agents), closed to anyone without the operators' token.
 from __future__ import annotations
 
 import base64
+import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,11 +16,12 @@ from aiohttp.test_utils import TestServer
 from botharness import BotHarness
 from fakegithub import FakeGitHub
 from postgres_support import pg_url
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.core.models import RunReport, RunRequest, RunState
 from bot.core.verdict import verdict
-from bot.service.metrics import Metrics
+from bot.service.metrics import METRIC_NAMES, Metrics
 from bot.service.operators import OperatorAccess, OperatorPages
 from bot.service.pages import add_static_routes
 from bot.service.store.postgres_fleet import FleetStore
@@ -28,6 +31,7 @@ from bot.service.store.sqlite import SQLiteStore
 
 __all__ = ["pg_url"]  # the fixture, imported for pytest
 REPO = "octo-org/calc"
+ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "operators-token-for-tests"
 HOSTILE = "<b>cuda</b>"  # an environment's name comes from the repository's config
 
@@ -238,3 +242,36 @@ async def test_a_pull_requests_run_shows_in_the_metrics_of_the_service(
     assert 0 < sent <= len(fake_github.calls)
     remaining = samples[("paritybot_github_rate_limit_remaining", (("resource", "core"),))]
     assert 5000 - len(fake_github.calls) <= remaining < 5000  # what the fake's last answers said
+
+
+def exported_names(tmp_path: Path) -> set[str]:
+    """Every sample name the service's /metrics carries once each metric has a value."""
+    store = SQLiteStore(tmp_path / "names.db")
+    try:
+        fill_sqlite(store)
+        store.record_delivery("d1", "pull_request", b"{}")
+        metrics = Metrics(store)
+        metrics.deliveries.labels("accepted").inc()
+        metrics.github_response("GET", 200, {"x-ratelimit-remaining": "4999", "x-ratelimit-limit": "5000"})
+        job = store.jobs_in_state(RunState.SUCCEEDED)[0]
+        metrics.run_published(job)
+        text = generate_latest(metrics.registry).decode()
+    finally:
+        store.close()
+    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_service_exports_and_shows_each(
+    tmp_path: Path,
+) -> None:
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {name for expr in exprs for name in re.findall(r"\bparitybot_[a-z_]+", expr)}
+    exported = exported_names(tmp_path)
+    assert used - exported == set(), "the dashboard queries metrics /metrics does not have"
+    families = {re.sub(r"_(bucket|sum|count|total|created)$", "", n) for n in exported}
+    shown = {re.sub(r"_(bucket|sum|count|total)$", "", n) for n in used}
+    assert families - shown == set(), "a metric the service exports is on no panel"
+    assert {m.removesuffix("_total") for m in METRIC_NAMES} == families
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
