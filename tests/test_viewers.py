@@ -93,15 +93,18 @@ async def test_read_access_is_remembered_briefly_then_asked_again(
 async def test_a_callback_this_browser_did_not_start_signs_nobody_in(
     site: Site, fake_github: FakeGitHub
 ) -> None:
-    fake_github.web.sign_in("alice")
+    fake_github.web.sign_in("mallory")  # login CSRF: signing the victim in as the attacker
     async with browser() as attacker, attacker.get(f"{site.url}/login", allow_redirects=False) as r:
         authorize = r.headers["Location"]
     async with browser() as b, b.get(authorize, allow_redirects=False) as r:
-        # The victim's browser is sent to the callback with the attacker's code and state.
-        callback = r.headers["Location"]
+        callback = r.headers["Location"]  # the attacker's code and state
     async with browser() as victim:
         async with victim.get(callback, allow_redirects=False) as r:
-            assert r.status == 400
+            assert r.status == 400  # no sign-in started in this browser
+        async with victim.get(f"{site.url}/login", allow_redirects=False) as r:
+            assert r.status == 302  # the victim's own sign-in, with a state of its own
+        async with victim.get(callback, allow_redirects=False) as r:
+            assert r.status == 400  # not the state this browser was given
             assert SESSION_COOKIE not in r.cookies
         async with victim.get(f"{site.url}/runs/{PRIVATE}", allow_redirects=False) as r:
             assert r.status == 302

@@ -215,8 +215,10 @@ class ViewerGate:
         if known is not None:
             return known
         try:
-            data = await self._app.as_viewer(viewer.token).getitem(f"/repos/{repository}")
-            allowed = bool((data.get("permissions") or {}).get("pull", True))
+            # GitHub shows a repository to a user's token only when that user can read it (and
+            # the App is installed there); otherwise 404.
+            await self._app.as_viewer(viewer.token).getitem(f"/repos/{repository}")
+            allowed = True
         except BadRequest as exc:  # 404 (no access), 403, 401 (a revoked token)
             allowed = False
             log.info("viewer has no access", login=viewer.login, repo=repository, status=int(exc.status_code))
