@@ -152,7 +152,11 @@ def oauth_client(settings: Settings) -> OAuthClient | None:
 
 
 class ViewerGate:
-    """``await gate(request, "owner/name")``: None to show the page, else the answer to send."""
+    """``await gate(request, "owner/name")``: None to show the page, else the answer to send.
+
+    Ask it about the repository of something the store holds (a run), never about a name taken
+    from the URL alone: each repository it has not seen costs the App a request to GitHub (is it
+    public?), and a stranger could otherwise spend the App's rate budget on made-up names."""
 
     def __init__(
         self,
