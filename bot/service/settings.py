@@ -2,6 +2,9 @@
 
 These are the admin's settings (App id, key, secret, where the database is). The repository's
 settings live in ``.github/paritybot.yml`` (see :mod:`bot.core.config`).
+
+A little over 400 lines: every setting, its description and the checks that tie settings together
+stay in one class, which `paritybot` and the deployment guide's table are read from.
 """
 
 from __future__ import annotations
