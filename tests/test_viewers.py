@@ -90,6 +90,17 @@ async def test_read_access_is_remembered_briefly_then_asked_again(
             assert r.status == 404
 
 
+async def test_while_github_cannot_say_whether_a_repository_is_public_its_page_is_treated_as_private(
+    site: Site, fake_github: FakeGitHub
+) -> None:
+    fake_github.fail("GET", "/repos/{owner}/{repo}/installation", 502, times=1)
+    async with browser() as b:
+        async with b.get(f"{site.url}/runs/{PUBLIC}", allow_redirects=False) as r:
+            assert r.status == 302  # fail closed: sign in first
+        async with b.get(f"{site.url}/runs/{PUBLIC}", allow_redirects=False) as r:
+            assert r.status == 200  # the failure was not remembered: GitHub is asked again
+
+
 async def test_a_callback_this_browser_did_not_start_signs_nobody_in(
     site: Site, fake_github: FakeGitHub
 ) -> None:

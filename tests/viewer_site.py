@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import unused_port
 from fakegithub import FakeGitHub
 
-from bot.service.github import GitHubApp
+from bot.service.github import GitHubApp, RetryPolicy
 from bot.service.viewers import GATE_KEY, OAuthClient, ViewerGate
 
 PUBLIC = "acme/open"
@@ -43,7 +43,8 @@ async def start_site(fake: FakeGitHub, *, sign_in: bool = True) -> AsyncIterator
     fake.web.callback_urls = [f"{public_url}/oauth/callback"]
     clock = [1000.0]
     async with aiohttp.ClientSession() as session:
-        app = GitHubApp(session, fake.app_id, fake.private_key_pem, fake.url)
+        # One try per request: a test of GitHub failing need not wait out the backoff.
+        app = GitHubApp(session, fake.app_id, fake.private_key_pem, fake.url, retry=RetryPolicy(attempts=1))
         oauth = OAuthClient(fake.web.client_id, fake.web.client_secret, fake.web.url, public_url)
         gate = ViewerGate(app, session, oauth if sign_in else None, access_ttl_s=60, clock=lambda: clock[0])
         web_app = web.Application()

@@ -28,9 +28,9 @@ from aiohttp import web
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from gidgethub import BadRequest, GitHubException
+from gidgethub import BadRequest, GitHubException, RateLimitExceeded
 
-from bot.service.github import GitHubApp
+from bot.service.github import GitHubApp, RateLimitedError
 from bot.service.logs import register_secret
 from bot.service.settings import Settings, SettingsError
 
@@ -208,8 +208,12 @@ class ViewerGate:
             gh = await self._app.client(int(installation["id"]))
             data = await gh.getitem(f"/repos/{repository}")
             public = data.get("private") is False
+        except RateLimitExceeded:
+            return False  # not an answer: private until GitHub says, asked again next time
         except BadRequest:  # 404: not installed there, or no such repository: private to all
             public = False
+        except (GitHubException, RateLimitedError, aiohttp.ClientError):
+            return False  # GitHub did not answer: private for now (fail closed), not remembered
         self._public.put(repository.lower(), public)
         return public
 
@@ -223,10 +227,12 @@ class ViewerGate:
             # the App is installed there); otherwise 404.
             await self._app.as_viewer(viewer.token).getitem(f"/repos/{repository}")
             allowed = True
+        except RateLimitExceeded:
+            return False  # the viewer's own budget is spent: not an answer about access
         except BadRequest as exc:  # 404 (no access), 403, 401 (a revoked token)
             allowed = False
             log.info("viewer has no access", login=viewer.login, repo=repository, status=int(exc.status_code))
-        except GitHubException:
+        except (GitHubException, RateLimitedError, aiohttp.ClientError):
             return False  # GitHub failed to answer: not remembered, asked again next time
         self._access.put(key, allowed)
         return allowed
