@@ -65,7 +65,10 @@ RUN groupadd --system --gid "$APP_UID" paritybot \
     && install -d -o paritybot -g paritybot -m 0750 \
         /var/lib/paritybot /var/lib/paritybot/workspaces /var/lib/paritybot/cache
 COPY --from=venv /opt/paritybot /opt/paritybot
+# What the one-time set-up page registers when `serve` starts with no App (deploy/README.md, step 2).
+COPY deploy/app-manifest.yml /opt/paritybot/app-manifest.yml
 ENV PATH=/opt/paritybot/bin:$PATH \
+    PARITYBOT_APP_MANIFEST=/opt/paritybot/app-manifest.yml \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/var/lib/paritybot \

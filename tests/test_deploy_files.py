@@ -67,6 +67,10 @@ OPERATION_PERMISSIONS: dict[str, Requirement] = {
     "repos/get-content": need({"contents": "read"}),
     "repos/get-collaborator-permission-level": need({"metadata": "read"}),
     "teams/get-membership-for-user-in-org": need({"members": "read"}),
+    "apps/get-repo-installation": [],  # the App's JWT: is a repository's run page public?
+    "repos/get": need({"metadata": "read"}),  # its visibility; a viewer's own token: their access
+    "users/get-authenticated": [],  # a viewer's own token: who signed in
+    "apps/create-from-manifest": [],  # no credential: the set-up page registering the App
 }
 
 # The permission an App needs to be sent each event. check_run's `rerequested` action goes only to

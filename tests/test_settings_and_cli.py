@@ -15,8 +15,19 @@ from bot.core.release import VERSION
 from bot.service.settings import Settings, SettingsError, load_settings
 
 
-def test_serve_refuses_to_start_without_a_webhook_secret() -> None:
+def test_serve_refuses_to_start_without_an_app_saying_how_to_give_or_register_one() -> None:
     done = run_cli("serve")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "paritybot: no GitHub App configured (PARITYBOT_APP_ID, PARITYBOT_PRIVATE_KEY_PATH, "
+        "PARITYBOT_WEBHOOK_SECRET_FILE); to register one from the set-up page, set where it writes the "
+        "App's credentials: PARITYBOT_APP_ID_FILE, PARITYBOT_PRIVATE_KEY_PATH, PARITYBOT_WEBHOOK_SECRET_FILE, "
+        "PARITYBOT_CLIENT_ID_FILE, PARITYBOT_CLIENT_SECRET_FILE, and PARITYBOT_PUBLIC_URL"
+    )
+
+
+def test_serve_refuses_to_start_without_a_webhook_secret() -> None:
+    done = run_cli("serve", env={"PARITYBOT_APP_ID": "1"})
     assert done.returncode == 2
     assert (
         done.stderr.strip()

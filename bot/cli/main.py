@@ -188,12 +188,20 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # The service's modules are imported here only: the local commands start faster without them.
-    from bot.service.app import serve
+    from bot.service.app import serve, serve_setup
     from bot.service.settings import SettingsError, load_settings
+    from bot.service.setup import check_setup_settings
     from bot.service.store.protocol import StoreError
 
     try:
         settings = load_settings(args.env_file)
+        if settings.awaiting_app_setup():
+            # No App yet: the set-up page registers it, then `serve` goes on as that App.
+            check_setup_settings(settings)
+            configure_logging(settings.log_format, settings.log_level)
+            if not asyncio.run(serve_setup(settings)):
+                return 0
+            settings = load_settings(args.env_file)
         settings.require_serving()
         configure_logging(settings.log_format, settings.log_level)
         log_start("serve", settings.deprecation_warnings())

@@ -31,14 +31,19 @@ from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
 from bot.service.instance import Instance
+from bot.service.metrics import Metrics
+from bot.service.operators import OperatorAccess, OperatorPages
+from bot.service.pages import add_static_routes
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
+from bot.service.setup import SetupPages
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
 from bot.service.supervisor import Supervisor
+from bot.service.viewers import GATE_KEY, ViewerGate, oauth_client
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
 from handlers.context import HandlerContext
@@ -264,12 +269,26 @@ async def _build(
         concurrency=DISPATCH_CONCURRENCY if fleet is not None else 1,
     )
     supervisor = Supervisor()
+    metrics = Metrics(store)
+    app.gate.on_response = metrics.github_response
+    reconciler.on_published = metrics.run_published
     web_app = create_web_app(
         settings.webhook_secret.get_secret_value(),
         store,
         on_recorded=recorded.set,
         loops_down=supervisor.down,
+        metrics=metrics,
     )
+    access = OperatorAccess(settings.operator_token(), settings.operator_pages_public)
+    mode = "several hosts (PostgreSQL)" if fleet is not None else "one machine (SQLite)"
+    OperatorPages(store, metrics, access, github_url=settings.github_url, mode=mode).add_routes(
+        web_app.router
+    )
+    add_static_routes(web_app.router)
+    # Who may see a repository's pages; the pages ask it (GATE_KEY) before they answer.
+    gate = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
+    web_app[GATE_KEY] = gate
+    gate.add_routes(web_app.router)
     return Service(
         settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, instance, fleet
     )
@@ -285,6 +304,43 @@ async def start_service(service: Service) -> None:
     service.dispatcher.start(service.supervisor)
 
 
+async def serve_setup(settings: Settings) -> bool:
+    """No App yet: the one-time set-up page (bot/service/setup.py) until the App is registered
+    (True: serve as the App now) or the service is stopped (False)."""
+    async with aiohttp.ClientSession() as session:
+        setup = SetupPages(settings, session)
+        web_app = web.Application()
+        setup.add_routes(web_app.router)
+        add_static_routes(web_app.router)
+        web_app.router.add_get("/healthz", _awaiting_setup)
+        runner = web.AppRunner(web_app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        log.warning(
+            "no GitHub App configured: register it at the set-up page", url=f"{settings.public_url}/setup"
+        )
+        stop = _stop_on_signals()
+        done, stopping = asyncio.create_task(setup.done.wait()), asyncio.create_task(stop.wait())
+        await asyncio.wait([done, stopping], return_when=asyncio.FIRST_COMPLETED)
+        for task in (done, stopping):
+            task.cancel()
+        await runner.cleanup()
+        return setup.done.is_set()
+
+
+async def _awaiting_setup(request: web.Request) -> web.Response:
+    return web.json_response({"status": "awaiting set-up", "setup": "/setup"})
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def serve(settings: Settings) -> None:
     service = await build_service(settings)
     await start_service(service)
@@ -293,12 +349,7 @@ async def serve(settings: Settings) -> None:
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     log.info("serving", host=settings.host, port=settings.port, api=settings.github_api_url)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await _stop_on_signals().wait()
     log.info("shutting down")
     await runner.cleanup()
     await service.stop()

@@ -104,6 +104,12 @@ class RateGate:
         self._clock = clock
         self._until = 0.0
         self._warned_reset: str | None = None
+        # Told of every answer (None: none came), with its headers in lower case: the metrics.
+        self.on_response: Callable[[str, int | None, Mapping[str, str]], None] | None = None
+
+    def observe(self, method: str, status: int | None, headers: Mapping[str, str]) -> None:
+        if self.on_response is not None:
+            self.on_response(method, status, {k.lower(): v for k, v in headers.items()})
 
     def hold(self, seconds: float) -> None:
         self._until = max(self._until, self._clock() + seconds)
@@ -192,10 +198,12 @@ class RetryingGitHubAPI(GitHubAPI):
         try:
             status, response_headers, data = await super()._request(method, url, headers, body)
         except aiohttp.ClientConnectionError as exc:
+            self._gate.observe(method, None, {})
             if not idempotent:
                 raise
             log.warning("GitHub connection failed", method=method, error=str(exc)[:200])
             raise _Retry(None, None) from exc
+        self._gate.observe(method, status, response_headers)
         self._gate.note_budget(response_headers)
         wait = rate_limit_wait(status, response_headers, data, time.time(), self._policy)
         if wait is not None:
@@ -247,15 +255,24 @@ class GitHubApp:
         self.retry = retry or RetryPolicy()
         self.gate = RateGate(clock)
 
-    def _api(self, token: str | None = None) -> GitHubAPI:
+    def _api(self, token: str | None = None, gate: RateGate | None = None) -> GitHubAPI:
         return RetryingGitHubAPI(
             self._session,
             USER_AGENT,
             oauth_token=token,
             base_url=self.api_url,
             policy=self.retry,
-            gate=self.gate,
+            gate=gate or self.gate,
         )
+
+    def api(self) -> GitHubAPI:
+        """A client without a token: the App's JWT is passed per call."""
+        return self._api()
+
+    def as_viewer(self, token: str) -> GitHubAPI:
+        """A client with a viewer's own token (the App's user authorization). Its rate limit is the
+        viewer's, not the App's: it neither holds the App's requests nor counts in its metrics."""
+        return self._api(token, RateGate(self._clock))
 
     def jwt(self) -> str:
         return apps.get_jwt(app_id=str(self.app_id), private_key=self._private_key)

@@ -79,6 +79,7 @@ class Reconciler:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.passes = 0  # completed passes, for tests and logs
+        self.on_published: Callable[[Job], None] = lambda job: None  # the metrics' queue wait and duration
 
     async def reporter(self, job: Job) -> GitHubReporter | None:
         """A reporter in the job's installation; None when the job reports to no PR, nor records
@@ -129,6 +130,7 @@ class Reconciler:
             return False
         await asyncio.to_thread(self.store.mark_reported, job.id)
         log.info("run published", run_id=job.id, state=job.state.value)
+        self.on_published(job)
         return True
 
     async def ensure_check_runs(self, job: Job) -> None:

@@ -2,6 +2,9 @@
 
 These are the admin's settings (App id, key, secret, where the database is). The repository's
 settings live in ``.github/paritybot.yml`` (see :mod:`bot.core.config`).
+
+A little over 400 lines: every setting, its description and the checks that tie settings together
+stay in one class, which `paritybot` and the deployment guide's table are read from.
 """
 
 from __future__ import annotations
@@ -46,7 +49,39 @@ class Settings(BaseSettings):
         description="a file holding the webhook secret (a container secret), so that it shows in no "
         "process environment and no `docker inspect`",
     )
+    app_id_file: Path | None = Field(
+        None, description="a file holding the App's id (the set-up page writes it there)"
+    )
+    client_id_file: Path | None = Field(
+        None,
+        description="a file holding the App's client id: viewers of private repositories sign in with it",
+    )
+    client_secret_file: Path | None = Field(
+        None,
+        description="a file holding the App's client secret (the sign-in's, and its session cookies' key)",
+    )
     github_api_url: str = Field("https://api.github.com", description="REST API base URL (GHES: …/api/v3)")
+    github_url: str = Field(
+        "https://github.com", description="GitHub's web address, where viewers sign in (GHES: https://HOST)"
+    )
+    public_url: str | None = Field(
+        None,
+        description="where browsers reach this service (https://paritybot.example.org): the sign-in's "
+        "callback and the set-up page's App are made from it",
+    )
+    app_manifest: Path = Field(
+        Path("deploy/app-manifest.yml"), description="the App's manifest the set-up page registers"
+    )
+    operator_token_file: Path | None = Field(
+        None, description="a file holding the bearer token that /metrics and /status ask for"
+    )
+    operator_pages_public: bool = Field(
+        False,
+        description="true: /metrics and /status answer anyone (behind a network that only operators reach)",
+    )
+    viewer_access_ttl_s: float = Field(
+        60.0, gt=0, le=3600, description="how long a viewer's read access to a repository is remembered"
+    )
     database_url: str = Field("sqlite:///paritybot.db", description="sqlite:///PATH or postgresql://…")
     database_password_file: Path | None = Field(
         None,
@@ -130,9 +165,11 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("github_api_url")
+    @field_validator("github_api_url", "github_url", "public_url")
     @classmethod
-    def _url(cls, v: str) -> str:
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
@@ -176,7 +213,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _secret_files(self) -> Settings:
         # Read once, at start-up: a missing or empty file stops the service with one line naming it.
-        if self.webhook_secret_file is not None:
+        # Before the App exists (none of its files yet) there is nothing to read: `serve` offers
+        # its set-up page instead (bot/service/setup.py).
+        setting_up = self.awaiting_app_setup()
+        if self.app_id_file is not None and not setting_up:
+            if self.app_id is not None:
+                raise SettingsError("PARITYBOT_APP_ID_FILE: PARITYBOT_APP_ID is set too; keep one")
+            text = _read_secret("APP_ID_FILE", self.app_id_file)
+            if not text.isdigit():
+                raise SettingsError(f"PARITYBOT_APP_ID_FILE: {self.app_id_file} holds no App id (digits)")
+            self.app_id = int(text)
+        if self.webhook_secret_file is not None and not setting_up:
             if self.webhook_secret is not None:
                 raise SettingsError(
                     "PARITYBOT_WEBHOOK_SECRET_FILE: PARITYBOT_WEBHOOK_SECRET is set too; keep one"
@@ -187,6 +234,38 @@ class Settings(BaseSettings):
                 self.database_url, _read_secret("DATABASE_PASSWORD_FILE", self.database_password_file)
             )
         return self
+
+    def app_files(self) -> dict[str, Path | None]:
+        """Where the App's credentials are kept as files: what the set-up page writes."""
+        return {
+            "app_id": self.app_id_file,
+            "private_key": self.private_key_path,
+            "webhook_secret": self.webhook_secret_file,
+            "client_id": self.client_id_file,
+            "client_secret": self.client_secret_file,
+        }
+
+    def awaiting_app_setup(self) -> bool:
+        """No App yet: no id, key or secret given, and none of their files exists."""
+        given = (self.app_id, self.private_key, self.webhook_secret)
+        files = self.app_files().values()
+        return all(v is None for v in given) and not any(p is not None and p.exists() for p in files)
+
+    def viewer_sign_in(self) -> tuple[str, str] | None:
+        """The App's client id and secret, read from their files; None when sign-in is not set up."""
+        if self.client_id_file is None or self.client_secret_file is None:
+            return None
+        return (
+            _read_secret("CLIENT_ID_FILE", self.client_id_file),
+            _read_secret("CLIENT_SECRET_FILE", self.client_secret_file),
+        )
+
+    def operator_token(self) -> str | None:
+        """The bearer token /metrics and /status ask for; None: they answer nobody (or anyone,
+        with PARITYBOT_OPERATOR_PAGES_PUBLIC)."""
+        if self.operator_token_file is None:
+            return None
+        return _read_secret("OPERATOR_TOKEN_FILE", self.operator_token_file)
 
     def deprecation_warnings(self) -> list[str]:
         """One line per old setting name still in use, for the log's start."""

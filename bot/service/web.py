@@ -16,6 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.core.release import VERSION
 from bot.service.intake import MAX_BODY_BYTES, IntakeError, accept, check_transport
+from bot.service.metrics import Metrics
 from bot.service.store.protocol import Store
 
 log = structlog.get_logger(__name__)
@@ -24,6 +25,7 @@ STORE_KEY = web.AppKey("store", Store)
 SECRET_KEY = web.AppKey("secret", str)
 ON_RECORDED_KEY: web.AppKey[Callable[[], None]] = web.AppKey("on_recorded")
 LOOPS_DOWN_KEY: web.AppKey[Callable[[], list[str]]] = web.AppKey("loops_down")
+METRICS_KEY = web.AppKey("metrics", Metrics)
 
 
 async def webhook(request: web.Request) -> web.Response:
@@ -32,6 +34,7 @@ async def webhook(request: web.Request) -> web.Response:
         body = await _read_body(request)
         delivery = accept(request.headers, body, request.app[SECRET_KEY])
     except IntakeError as exc:
+        _count(request, "refused")
         return _rejected(request, exc.status, str(exc))
     if delivery.event == "ping":
         return web.json_response({"ok": True, "zen": "pong"})
@@ -43,10 +46,16 @@ async def webhook(request: web.Request) -> web.Response:
         )
     except Exception:
         log.exception("delivery not recorded", delivery_id=delivery.delivery_id)
+        _count(request, "unrecorded")
         return web.json_response({"error": "could not record the delivery; redeliver it"}, status=503)
+    _count(request, "accepted" if new else "redelivered")
     if new:
         request.app[ON_RECORDED_KEY]()
     return web.Response(status=202, text="accepted")
+
+
+def _count(request: web.Request, outcome: str) -> None:
+    request.app[METRICS_KEY].deliveries.labels(outcome).inc()
 
 
 async def _read_body(request: web.Request) -> bytes:
@@ -81,6 +90,7 @@ def create_web_app(
     store: Store,
     on_recorded: Callable[[], None] = lambda: None,
     loops_down: Callable[[], list[str]] = list,
+    metrics: Metrics | None = None,
 ) -> web.Application:
     """The HTTP side only; ``on_recorded`` is called after each new delivery is committed,
     ``loops_down`` names the service's loops that are not running (for /healthz)."""
@@ -92,6 +102,7 @@ def create_web_app(
     app[STORE_KEY] = store
     app[ON_RECORDED_KEY] = on_recorded
     app[LOOPS_DOWN_KEY] = loops_down
+    app[METRICS_KEY] = metrics or Metrics()
     app.router.add_post("/webhook", webhook)
     app.router.add_get("/healthz", healthz)
     return app

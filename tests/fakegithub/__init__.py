@@ -1,5 +1,8 @@
 """A fake api.github.com for tests: real HTTP on loopback, checked against GitHub's REST description.
 
+Beside the API it serves GitHub's website where a browser meets it (``fake.web``, its own
+address): the App's user authorization (OAuth web flow) and registering an App from a manifest.
+
 Vendored data it relies on lives in ``tests/fixtures/github/`` (see the README there).
 """
 

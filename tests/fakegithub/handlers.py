@@ -46,6 +46,7 @@ class Ctx:
     installation_id: int | None
     token_repos: frozenset[str] | None
     token_permissions: dict[str, str] | None = None
+    user_login: str | None = None  # a viewer's token (the App's user authorization)
 
     @property
     def site(self) -> render.Site:

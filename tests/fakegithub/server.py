@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from . import auth, handlers, render
+from . import auth, handlers, render, user_api
 from .spec import rest_spec
 from .state import (
     ROLE_PERMISSION,
@@ -32,6 +32,7 @@ from .state import (
     Repo,
     Violation,
 )
+from .web import WebSide
 
 _ID_BASES = {
     "comment": 1_200_000_000,
@@ -76,6 +77,8 @@ class FakeGitHub:
         self._ids = {kind: itertools.count(base) for kind, base in _ID_BASES.items()}
         self._runner: web.AppRunner | None = None
         self._spec = rest_spec()
+        self.web = WebSide(self)  # the github.com side: sign-in, registering an App
+        self.webhook_secret: str | None = None  # set when an App is registered from a manifest
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -88,8 +91,10 @@ class FakeGitHub:
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
+        await self.web.start()
 
     async def close(self) -> None:
+        await self.web.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -474,7 +479,7 @@ class FakeGitHub:
         if failure is not None and not failure.after:
             call.carried_out = False
             return handlers.respond(failure.body, failure.status, failure.headers)
-        handler = handlers.HANDLERS.get(op.operation_id)
+        handler = handlers.HANDLERS.get(op.operation_id) or user_api.HANDLERS.get(op.operation_id)
         if handler is None:
             self._violation("unimplemented", call, op.operation_id, ["the fake does not implement it"])
             return handlers.respond({"message": f"{op.operation_id} is not implemented by the fake"}, 501)
@@ -520,9 +525,14 @@ class FakeGitHub:
     def _context(self, request: web.Request, params: dict[str, str], body: Any, op_id: str) -> handlers.Ctx:
         scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
         credential = credential.strip()
+        ctx = handlers.Ctx(self, request, params, dict(request.query), body, None, None)
+        if op_id in user_api.UNAUTHENTICATED:
+            return ctx
         if scheme.lower() not in ("bearer", "token") or not credential:
             raise auth.AuthError("Requires authentication")
-        ctx = handlers.Ctx(self, request, params, dict(request.query), body, None, None)
+        ctx.user_login = self.web.find_user(credential)
+        if ctx.user_login is not None:
+            return ctx
         if op_id in handlers.JWT_OPERATIONS:
             if scheme.lower() != "bearer":
                 raise auth.AuthError("A JSON web token could not be decoded")

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.overview import Overview, read_overview
 from bot.service.store.postgres_schema import migrate, safe_url
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
@@ -563,6 +564,9 @@ class PostgresStore:
 
     def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
         return commit_record(self._query(COMMIT_RECORD_SQL.format(p="%s"), (repo, environment, sha)))
+
+    def overview(self, recent: int = 20) -> Overview:
+        return read_overview(self._query, placeholder="%s", true="true", fleet=True, recent=recent)
 
 
 def _report_json(report: RunReport | None) -> Jsonb | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.overview import Overview
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, TestRunRecord
 from runner.backends.base import StepProcess
 
@@ -184,6 +185,12 @@ class Store(Protocol):
         ...
 
     def baseline(self, repo: str, environment: str) -> EnvFacts | None: ...
+
+    # what operators look at: /status and /metrics ------------------------------------------------
+    def overview(self, recent: int = 20) -> Overview:
+        """The queues, who runs jobs, the running jobs, the ``recent`` last finished ones, and the
+        counts of jobs by state and deliveries by status."""
+        ...
 
 
 class EmbeddedQueue(Store, Protocol):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bot.core.kinds import COMMAND
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.overview import Overview, read_overview
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
     Delivery,
@@ -595,3 +596,6 @@ class SQLiteStore:
     def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
         rows = self._query(COMMIT_RECORD_SQL.format(p="?"), (repo, environment, sha))
         return commit_record([dict(r) for r in rows])
+
+    def overview(self, recent: int = 20) -> Overview:
+        return read_overview(self._query, placeholder="?", true="1", fleet=False, recent=recent)
