@@ -235,7 +235,8 @@ async def _build(
     instance: Instance,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
-    recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
+    # Wakes the dispatcher when a new delivery is committed (several replicas: by any of them).
+    recorded = fleet.deliveries if fleet is not None else asyncio.Event()
 
     async def context_for(installation: int | None) -> HandlerContext:
         bot_login = await app.bot_login()

@@ -6,7 +6,8 @@ the agent's write of the final state marked the job ``report_due`` in the same t
 this loop only publishes it at once rather than at the reconciler's next pass (which sends it
 again should GitHub fail now). A start or a requeue is told here alone (``reported_state``).
 
-Agents and replicas wake each other with NOTIFY (``paritybot_jobs``, ``paritybot_tokens``); each
+Agents and replicas wake each other with NOTIFY (``paritybot_jobs``, ``paritybot_tokens``; the
+dispatchers with ``paritybot_deliveries``, :mod:`bot.service.fleet.deliveries`); each
 loop also looks every second, so a missed notification (a dropped connection) costs at most that.
 Any number of replicas may run these loops: a job's state change and a token request are taken
 under an advisory lock by one replica at a time, and a change is marked told only after it was.
@@ -19,17 +20,18 @@ import contextlib
 from dataclasses import dataclass, field
 from functools import partial
 
-import psycopg
 import structlog
 
 from bot.core.models import RunState
 from bot.service.executor import refresh_waiting, remember, report_progress, report_started
+from bot.service.fleet.deliveries import watch_takeovers
 from bot.service.fleet.locks import AdvisoryPrLocks
+from bot.service.fleet.notify import listen
 from bot.service.fleet.reaper import reap_forever
 from bot.service.fleet.sealing import SealError, seal
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
-from bot.service.store.postgres import JOBS_CHANNEL
+from bot.service.store.postgres import DELIVERIES_CHANNEL, JOBS_CHANNEL
 from bot.service.store.postgres_fleet import TOKENS_CHANNEL, FleetStore, TokenRequest
 from bot.service.store.records import Job
 from bot.service.supervisor import Supervisor
@@ -49,6 +51,8 @@ class FleetLoops:
     heartbeat_s: float
     stalled_after_s: float
     max_attempts: int
+    # Set by every replica's new delivery or takeover (NOTIFY): the dispatcher waits on it.
+    deliveries: asyncio.Event = field(default_factory=asyncio.Event)
     _jobs: asyncio.Event = field(default_factory=asyncio.Event)
     _tokens: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -58,6 +62,7 @@ class FleetLoops:
             supervisor.keep("fleet listener", self._listen),
             supervisor.keep("fleet reports", self._report_loop),
             supervisor.keep("fleet tokens", self._token_loop),
+            supervisor.keep("delivery takeovers", partial(watch_takeovers, self.store, self.heartbeat_s)),
             supervisor.keep(
                 "reaper",
                 partial(reap_forever, self.store, self.heartbeat_s, self.stalled_after_s, self.max_attempts),
@@ -72,13 +77,10 @@ class FleetLoops:
                 await task
 
     async def _listen(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as conn:
-            await conn.execute(f"LISTEN {JOBS_CHANNEL}")
-            await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
-            self._jobs.set()
-            self._tokens.set()
-            async for note in conn.notifies():
-                (self._tokens if note.channel == TOKENS_CHANNEL else self._jobs).set()
+        await listen(
+            self.database_url,
+            {JOBS_CHANNEL: self._jobs, TOKENS_CHANNEL: self._tokens, DELIVERIES_CHANNEL: self.deliveries},
+        )
 
     async def _wait(self, event: asyncio.Event) -> None:
         with contextlib.suppress(TimeoutError):

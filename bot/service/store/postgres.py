@@ -50,6 +50,10 @@ REPLACED = "replaced by a newer request for the same environment before it start
 # Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
 # job's state changed, and the service tells GitHub (bot.service.fleet.service).
 JOBS_CHANNEL = "paritybot_jobs"
+# Service replicas wake each other's dispatchers through this one: a delivery was recorded, one of a
+# PR's deliveries finished while the next waits, or a silent replica's delivery may be taken over
+# (bot.service.fleet.deliveries). Each dispatcher still polls, so a dropped connection costs a poll.
+DELIVERIES_CHANNEL = "paritybot_deliveries"
 # Every final job has something to tell on GitHub: a pull request's runs their check runs and
 # summary, a default-branch run whether its coverage map was recorded (a check run on its commit).
 DUE = "true"
@@ -114,12 +118,15 @@ class PostgresStore:
     # deliveries -----------------------------------------------------------------------------------
 
     def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
-        rows = self._query(
-            "INSERT INTO deliveries (delivery_id, event, body, pr_key) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS new",
-            (delivery_id, event, body, pr_key(body)),
-        )
-        return bool(rows)
+        with self._tx() as c:
+            new = c.execute(
+                "INSERT INTO deliveries (delivery_id, event, body, pr_key) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS new",
+                (delivery_id, event, body, pr_key(body)),
+            ).fetchone()
+            if new is not None:  # every replica's dispatcher, at commit: not only this one's
+                c.execute("SELECT pg_notify(%s, '')", (DELIVERIES_CHANNEL,))
+        return new is not None
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Due deliveries no live replica holds, now held by this one for its delivery lease.
@@ -157,11 +164,37 @@ class PostgresStore:
         ]
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
-        self._query(
-            "UPDATE deliveries SET status = %s, error = %s, attempts = attempts + 1, leased_until = NULL "
-            "WHERE delivery_id = %s RETURNING 1",
-            (DeliveryStatus(status).value, error, delivery_id),
-        )
+        with self._tx() as c:
+            c.execute(
+                "UPDATE deliveries SET status = %s, error = %s, attempts = attempts + 1, leased_until = NULL "
+                "WHERE delivery_id = %s",
+                (DeliveryStatus(status).value, error, delivery_id),
+            )
+            # The PR's next delivery may go now: whichever replica is free takes it at once.
+            c.execute(
+                "SELECT pg_notify(%s, '') WHERE EXISTS (SELECT 1 FROM deliveries d JOIN deliveries o"
+                " ON o.pr_key = d.pr_key WHERE d.delivery_id = %s AND o.status = 'received')",
+                (DELIVERIES_CHANNEL, delivery_id),
+            )
+
+    def takeover_due(self) -> float | None:
+        """Seconds until a delivery another replica holds may be taken over (its holder silent for
+        ``stalled_after``, stopped, or its lease over); at 0 or less, every dispatcher is woken now.
+        None: no other replica holds one."""
+        with self._tx() as c:
+            row = c.execute(
+                "SELECT EXTRACT(EPOCH FROM min(LEAST(d.leased_until, CASE WHEN d.leased_by IS NULL"
+                " THEN d.leased_until WHEN i.id IS NULL OR i.stopped_at IS NOT NULL THEN now()"
+                " ELSE i.last_heartbeat + %s END)) - now()) AS wait"
+                " FROM deliveries d LEFT JOIN instances i ON i.id = d.leased_by"
+                " WHERE d.status = 'received' AND d.leased_until > now()"
+                " AND d.leased_by IS DISTINCT FROM %s",
+                (self.stalled_after, self.instance_id),
+            ).fetchone()
+            wait = None if row is None or row["wait"] is None else float(row["wait"])
+            if wait is not None and wait <= 0:
+                c.execute("SELECT pg_notify(%s, 'takeover')", (DELIVERIES_CHANNEL,))
+        return wait
 
     def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
         self._query(
