@@ -47,8 +47,8 @@ DELIVERY_LEASE = timedelta(minutes=2)
 STALLED_AFTER = timedelta(seconds=60)  # PARITYBOT_STALLED_AFTER_S's default
 LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
-# Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
-# job's state changed, and the service tells GitHub (bot.service.fleet.service).
+# Whatever changes a run NOTIFYs this channel (the payload is its id), at commit: the publishers of
+# every service replica tell GitHub (bot.service.publisher), and the run's change feed moves on.
 JOBS_CHANNEL = "paritybot_jobs"
 # Service replicas wake each other's dispatchers through this one: a delivery was recorded, one of a
 # PR's deliveries finished while the next waits, or a silent replica's delivery may be taken over
@@ -265,7 +265,7 @@ class PostgresStore:
             c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(lock),))
             inserted = c.execute(
                 "INSERT INTO jobs (id, queue, repo, pr_number, head_sha, environment, request, dedupe_key, "
-                "state, reported_state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued', 'queued') "
+                "state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued') "
                 "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id",
                 (
                     job_id,
@@ -282,6 +282,7 @@ class PostgresStore:
                 return None
             queue_job = self._defer(c, job_id, queue, lock, queueing=True)
             c.execute("UPDATE jobs SET queue_job_id = %s WHERE id = %s", (queue_job, job_id))
+            c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))  # the publishers, at commit
         return self.get_job(job_id)
 
     @staticmethod
@@ -373,7 +374,8 @@ class PostgresStore:
 
     def save_progress(self, job_id: str, attempt: int, report: RunReport) -> bool:
         rows = self._query(
-            "UPDATE jobs SET report = %s WHERE id = %s AND state = 'running' AND attempts = %s RETURNING 1",
+            "UPDATE jobs SET report = %s, progress = progress + 1 WHERE id = %s AND state = 'running' "
+            "AND attempts = %s RETURNING 1",
             (_report_json(report), job_id, attempt),
         )
         return bool(rows)
@@ -383,6 +385,36 @@ class PostgresStore:
 
     def mark_reported(self, job_id: str) -> None:
         self._query("UPDATE jobs SET report_due = false WHERE id = %s RETURNING 1", (job_id,))
+
+    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
+        """Jobs whose state change (started, queued again, ended) the service has not told GitHub
+        about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
+        rows = self._query(
+            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state "
+            "OR (state = 'running' AND progress > progress_published) ORDER BY seq LIMIT %s",
+            (limit,),
+        )
+        return [_job(r) for r in rows]
+
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        """What GitHub was told of the job: the state, and how many progress writes it was not
+        shown yet."""
+        rows = self._query(
+            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
+            (job_id,),
+        )
+        if not rows:
+            return None, 0
+        told = rows[0]["reported_state"]
+        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
+        self._query(
+            "UPDATE jobs SET reported_state = %s, progress_published = progress_published + %s "
+            "WHERE id = %s RETURNING 1",
+            (state.value, progress_seen, job_id),
+        )
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Queued runs are cancelled with their queue job; running ones are flagged and their queue
@@ -398,12 +430,12 @@ class PostgresStore:
                 if r["queue_job_id"] is not None:
                     c.execute("SELECT procrastinate_cancel_job_v1(%s, true, false)", (r["queue_job_id"],))
                 if r["state"] == RunState.QUEUED.value:
-                    # Published by the canceller (the scheduler), at once: nothing left to announce.
                     c.execute(
                         "UPDATE jobs SET state = 'cancelled', finished_at = now(), error = %s, "
-                        f"reported_state = 'cancelled', report_due = {DUE} WHERE id = %s",
+                        f"report_due = {DUE} WHERE id = %s",
                         ("superseded before it started", r["id"]),
                     )
+                    c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, r["id"]))
                 else:
                     c.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s", (r["id"],))
         return [j for j in (self.get_job(r["id"]) for r in rows) if j is not None]
