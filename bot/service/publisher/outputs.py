@@ -31,9 +31,11 @@ def running_outputs(job: Job, so_far: RunReport | None) -> list[CheckRunOutput]:
             for out in render_check_runs(so_far)
             if out.status == "completed" or (streaming and out.kind == CheckKind.TESTS)
         }
-    return [
+    outputs = [
         early.get(out.kind, out) for out in render_in_progress_output(job.environment, attempt=job.attempts)
     ]
+    # Sent in this order: every check shows the run started before any shows its result.
+    return sorted(outputs, key=lambda out: out.status == "completed")
 
 
 def final_outputs(report: RunReport) -> list[CheckRunOutput]:
