@@ -158,7 +158,7 @@ async def test_what_an_agent_finished_while_github_failed_is_published_by_the_re
     (job,) = await fleet.wait_settled(1)
     assert job.state == RunState.SUCCEEDED and not job.report_due
     assert fleet.all_check_runs_completed([job])
-    assert "publishing a finished run failed; the reconciler tries again" in serve.output()
+    assert "publishing a run failed; the next pass sends it again" in serve.output()
     assert len(fleet.bot_comments()) == 1
 
 

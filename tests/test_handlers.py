@@ -20,8 +20,9 @@ from gidgethub import sansio
 
 from bot.core.models import RunKind, RunScope, RunState
 from bot.render.comment import STICKY_MARKER
-from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocks
+from bot.service.locks import PrLocks
+from bot.service.publisher.github import GitHubReporter
+from bot.service.publisher.publisher import Publisher
 from bot.service.scheduler import Scheduler
 from bot.service.store.records import Job, PullState
 from bot.service.store.sqlite import SQLiteStore
@@ -106,9 +107,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         gh=gh,
         store=store,
         reporter=reporter,
-        scheduler=Scheduler(
-            store, locks, reporter, reconciler=Reconciler(store, None, locks, reporter_factory=reporter_of)
-        ),
+        scheduler=Scheduler(store, locks, Publisher(store, None, locks, reporter_factory=reporter_of)),
         installation_id=1,
         bot_login=BOT,
     )

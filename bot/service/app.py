@@ -1,15 +1,16 @@
 """`paritybot serve`: the web app, the dispatcher and the worker pool in one process, wired together.
 
 Start-up order matters for "never lose a job": kill what dead runs left running, recover
-interrupted jobs, then start the reconciler (which finishes on GitHub whatever is due), the
-workers, the dispatcher (which first dispatches whatever deliveries the store holds), then accept
-webhooks.
+interrupted jobs, then start the publisher (the one writer of a run's state on GitHub, whose first
+pass tells GitHub whatever the last process left untold) and the reconciler, the workers, the
+dispatcher (which first dispatches whatever deliveries the store holds), then accept webhooks.
 
 With PostgreSQL (``PARITYBOT_DATABASE_URL=postgresql://…``) `serve` runs no jobs: agents on the GPU
 hosts do (:mod:`bot.service.fleet.agent`). Any number of replicas accept, decide, enqueue and report;
-their per-PR locks are advisory locks; each runs the reconciler (without its take-back: the
-stalled-job reaper does that), and :class:`bot.service.fleet.service.FleetLoops` mints the agents'
-clone tokens, tells GitHub what they record and runs the reaper.
+their per-PR locks are advisory locks; each runs the publisher (woken by what agents record,
+through NOTIFY) and the reconciler (without its take-back: the stalled-job reaper does that), and
+:class:`bot.service.fleet.service.FleetLoops` mints the agents' clone tokens, LISTENs and runs the
+reaper.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
 from bot.service.instance import Instance
+from bot.service.locks import PrLocking, PrLocks
 from bot.service.metrics import Metrics
 from bot.service.operators import OperatorAccess, OperatorPages
 from bot.service.pages import add_static_routes
+from bot.service.publisher.publisher import Publisher, reporter_for
 from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
 from bot.service.setup import SetupPages
@@ -110,6 +112,7 @@ class Service:
     store: Store
     dispatcher: Dispatcher
     workers: WorkerPool | None  # one machine: the in-process workers
+    publisher: Publisher  # the only writer of a run's state on GitHub
     reconciler: Reconciler
     session: aiohttp.ClientSession
     app: GitHubApp
@@ -121,6 +124,7 @@ class Service:
     async def stop(self) -> None:
         await self.dispatcher.stop()
         await self.reconciler.stop()
+        await self.publisher.stop()
         if self.workers is not None:
             await self.workers.stop()
         if self.fleet is not None:
@@ -159,30 +163,28 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
     locks = PrLocks()
+    publisher = Publisher(store, app, locks)
     reconciler = Reconciler(
-        store,
-        app,
-        locks,
+        publisher,
         interval_s=settings.reconcile_interval_s,
         take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
     )
     executor = RunExecutor(
         store,
         runner or runner_factory(service_policy(settings, instance.owner)),
+        publisher,
         workspace_root=settings.workspace_root,
         cache_root=settings.cache_root,
         app=app,
-        locks=locks,
-        reconciler=reconciler,
     )
     workers = WorkerPool(
         store,
         executor,
         concurrency=settings.workers,
         heartbeat_s=settings.heartbeat_s,
-        publish=reconciler.publish,
+        publish=publisher.publish,
     )
-    return await _build(settings, store, locks, session, app, reconciler, workers, None, instance)
+    return await _build(settings, store, locks, session, app, publisher, reconciler, workers, None, instance)
 
 
 def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
@@ -197,9 +199,12 @@ def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp
 
 async def _fleet_parts(
     settings: Settings,
-) -> tuple[Store, PrLocking, aiohttp.ClientSession, GitHubApp, Reconciler, None, FleetLoops, Instance]:
-    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the reconciler
-    (publishing only: the reaper takes back stalled runs) and the fleet's loops."""
+) -> tuple[
+    Store, PrLocking, aiohttp.ClientSession, GitHubApp, Publisher, Reconciler, None, FleetLoops, Instance
+]:
+    """Several hosts: the PostgreSQL store (migrated at start), advisory locks, the publisher (a
+    run published by one replica at a time), the reconciler (publishing only: the reaper takes
+    back stalled runs) and the fleet's loops."""
     store = await asyncio.to_thread(
         partial(
             FleetStore,
@@ -214,18 +219,21 @@ async def _fleet_parts(
     await locks.open()
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
-    reconciler = Reconciler(store, app, locks, interval_s=settings.reconcile_interval_s)
+    publisher = Publisher(
+        store, app, locks, exclusive=lambda run_id: locks.try_hold(f"paritybot:report:{run_id}")
+    )
+    reconciler = Reconciler(publisher, interval_s=settings.reconcile_interval_s)
     fleet = FleetLoops(
         store,
         app,
-        reconciler,
+        publisher,
         locks,
         settings.database_url,
         heartbeat_s=settings.heartbeat_s,
         stalled_after_s=settings.stalled_after_s,
         max_attempts=settings.max_attempts,
     )
-    return store, locks, session, app, reconciler, None, fleet, instance
+    return store, locks, session, app, publisher, reconciler, None, fleet, instance
 
 
 async def _build(
@@ -234,29 +242,27 @@ async def _build(
     locks: PrLocking,
     session: aiohttp.ClientSession,
     app: GitHubApp,
+    publisher: Publisher,
     reconciler: Reconciler,
     workers: WorkerPool | None,
     fleet: FleetLoops | None,
     instance: Instance,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
-    recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
+    # Wakes the dispatcher when a new delivery is committed (several replicas: by any of them).
+    recorded = fleet.deliveries if fleet is not None else asyncio.Event()
 
     async def context_for(installation: int | None) -> HandlerContext:
         bot_login = await app.bot_login()
         gh = await app.client(installation) if installation is not None else None
-        reporter = (
-            GitHubReporter(gh, store, locks, bot_login, app_id=app.app_id, retry=app.retry)
-            if gh is not None
-            else None
-        )
+        # What handlers say themselves: replies, a command's acknowledgement, a PR's notice with no
+        # run (a bad config, awaiting approval). A run's state is the publisher's alone.
+        reporter = await reporter_for(app, store, locks, installation) if installation is not None else None
         return HandlerContext(
             gh=gh,
             store=store,
             reporter=reporter,
-            scheduler=Scheduler(
-                store, locks, reporter, wake=workers.wake if workers else lambda: None, reconciler=reconciler
-            ),
+            scheduler=Scheduler(store, locks, publisher, wake=workers.wake if workers else lambda: None),
             installation_id=installation,
             bot_login=bot_login,
         )
@@ -271,7 +277,7 @@ async def _build(
     supervisor = Supervisor()
     metrics = Metrics(store)
     app.gate.on_response = metrics.github_response
-    reconciler.on_published = metrics.run_published
+    publisher.on_published = metrics.run_published
     web_app = create_web_app(
         settings.webhook_secret.get_secret_value(),
         store,
@@ -290,12 +296,24 @@ async def _build(
     web_app[GATE_KEY] = gate
     gate.add_routes(web_app.router)
     return Service(
-        settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, instance, fleet
+        settings,
+        store,
+        dispatcher,
+        workers,
+        publisher,
+        reconciler,
+        session,
+        app,
+        web_app,
+        supervisor,
+        instance,
+        fleet,
     )
 
 
 async def start_service(service: Service) -> None:
     service.instance.start(service.supervisor)
+    service.publisher.start(service.supervisor)
     service.reconciler.start(service.supervisor)  # its first pass finishes what the last process left due
     if service.workers is not None:
         service.workers.start(service.supervisor)

@@ -1,12 +1,12 @@
-"""Executes one claimed job: report it started, run the pipeline, record and report the result.
+"""Executes one claimed job: its start published, the pipeline run, its end recorded and published.
 
-Each check's run completes as soon as its result is known (:class:`EarlyResults`); the final
-state is recorded in the store, due to be reported, and published at once by the reconciler,
-which tries again on its next pass if GitHub could not be told.
+Each step writes the store and leaves GitHub to the publisher (:mod:`bot.service.publisher`): the
+start is published before the pipeline runs, each early result wakes the publisher
+(:class:`EarlyResults`), and the final state, recorded due to be reported, is published at once
+(and by the reconciler's next pass, should GitHub not be told now).
 
-With several hosts an agent runs the pipeline (:func:`run_pipeline`, the same code) and the
-service tells GitHub what it recorded: :func:`report_started` when a run starts, the reconciler's
-``publish`` (after :func:`remember`) when it ends.
+With several hosts an agent runs the pipeline (:func:`run_pipeline`, the same code) and writes the
+same store rows; the publisher of a service replica tells GitHub.
 """
 
 from __future__ import annotations
@@ -14,30 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from bot.core.config import RepoConfig
-from bot.core.kinds import CheckKind
-from bot.core.models import EnvFacts, RunKind, RunReport, RunState, TestOutcome
-from bot.render.check_results import render_check_runs
-from bot.render.check_runs import render_in_progress_output
+from bot.core.models import EnvFacts, RunReport, RunState
 from bot.service.github import GitHubApp
-from bot.service.reconciler import Reconciler
-from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
+from bot.service.publisher.publisher import Publisher
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.test_history import StoreHistory, record_tests
+from bot.service.test_history import StoreHistory
 from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
 from runner.checks.attribution import TestHistory
 from runner.pipeline import Pipeline, PipelineDeps
 
 log = structlog.get_logger(__name__)
-
-QUEUE_REFRESH_LIMIT = 10  # waiting PRs whose summaries are refreshed when a run starts
 
 
 class RunExecutor:
@@ -45,41 +37,28 @@ class RunExecutor:
         self,
         store: Store,
         runner_factory: RunnerFactory,
+        publisher: Publisher,
         *,
         workspace_root: Path,
         cache_root: Path,
         app: GitHubApp | None = None,
-        locks: PrLocking | None = None,
-        reconciler: Reconciler | None = None,
     ):
         self.store = store
         self.runner_factory = runner_factory
+        self.publisher = publisher
         self.workspace_root = workspace_root
         self.cache_root = cache_root
         self.app = app
-        self.locks = locks or PrLocks()
-        self.reconciler = reconciler or Reconciler(store, app, self.locks)
 
     async def __call__(self, job: Job, cancel: asyncio.Event) -> None:
-        reporter = await self.reconciler.reporter(job)
         token = (
             await self.app.installation_token(job.request.installation_id)
             if self.app and job.request.installation_id
             else None
         )
-        pr = job.pr_number
-        if self.app is not None:
-            await _send_reports("queue positions", partial(refresh_waiting, self.store, self.reconciler, job))
-        if reporter is not None and pr is not None:
-            async with self.locks(job.repo, pr):
-                fresh = await asyncio.to_thread(self.store.get_job, job.id)
-            job = fresh or job
-            await report_started(reporter, job)
-        early = EarlyResults(self.store, job, reporter)
-        try:
-            report = await self._execute(job, cancel, token, early)
-        finally:
-            await early.drain()  # never left running behind the run, whatever ended it
+        # Started: its check runs in progress, the summary, the PRs behind it a place up.
+        await self.publisher.publish(job.id)
+        report = await self._execute(job, cancel, token, EarlyResults(self.store, job, self.publisher))
         if not await asyncio.to_thread(
             self.store.finish, job.id, report.state, report, report.error, attempt=job.attempts
         ):
@@ -87,9 +66,8 @@ class RunExecutor:
                 "the run was taken back from this worker; its result is dropped", state=report.state.value
             )
             return
-        await remember(self.store, self.locks, job, report)
         log.info("run finished", state=report.state.value, error=report.error)
-        await self.reconciler.publish(job.id)
+        await self.publisher.publish(job.id)
 
     async def _execute(
         self, job: Job, cancel: asyncio.Event, token: str | None, early: EarlyResults
@@ -107,80 +85,6 @@ class RunExecutor:
             processes=StoreLedger(self.store, job.id, job.attempts),
             history=StoreHistory(self.store, job.repo, job.environment, job.pr_number),
         )
-
-
-async def refresh_waiting(store: Store, reconciler: Reconciler, started: Job) -> None:
-    """Everyone behind a run that starts moved up one place: their summaries say so (one machine:
-    the executor; several hosts: the service, once an agent recorded the start).
-
-    Only the first few waiting PRs are refreshed, so a long queue costs a bounded number of
-    API calls per started run; the rest catch up as the queue moves.
-    """
-    queued = await asyncio.to_thread(store.jobs_in_state, RunState.QUEUED)
-    waiting: dict[tuple[str, int], Job] = {}
-    for other in queued:
-        if other.queue == started.queue and other.pr_number is not None and other.request.installation_id:
-            waiting.setdefault((other.repo, other.pr_number), other)
-    for (repo, number), other in list(waiting.items())[:QUEUE_REFRESH_LIMIT]:
-        reporter = await reconciler.reporter(other)
-        if reporter is not None:
-            await reporter.refresh_summary(repo, number)
-
-
-async def remember(store: Store, locks: PrLocking, job: Job, report: RunReport) -> None:
-    """What a final run leaves for later runs: a default-branch run's probe (the CI reference),
-    a PR run's failing tests (for ``/retest-gpu failed``). Done by the process that records the
-    run's end (one machine) or reports it (several hosts: agents may not write these rows)."""
-    if (
-        job.request.kind == RunKind.BASELINE
-        and report.probe is not None
-        and report.state == RunState.SUCCEEDED
-    ):
-        await asyncio.to_thread(store.save_baseline, job.repo, job.environment, report.probe)
-    await record_tests(store, job, report)  # the history: known flaky tests, the default branch's record
-    if job.pr_number is None or report.tests is None or report.state != RunState.SUCCEEDED:
-        return
-    failed = sorted(
-        r.nodeid for r in report.tests.results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)
-    )
-    async with locks(job.repo, job.pr_number):  # the reporter writes the same row
-        state = await asyncio.to_thread(store.pull_state, job.repo, job.pr_number)
-        state.failed_tests[job.environment] = failed
-        await asyncio.to_thread(store.save_pull_state, state)
-
-
-async def report_started(reporter: GitHubReporter, job: Job) -> None:
-    """A run started: its check runs in progress (created if missing), the summary refreshed."""
-    assert job.pr_number is not None
-    await _send_reports(
-        "start",
-        partial(
-            reporter.sync_check_runs,
-            job,
-            render_in_progress_output(job.environment, attempt=job.attempts),
-            while_state=RunState.RUNNING,
-        ),
-        partial(reporter.refresh_summary, job.repo, job.pr_number),
-    )
-
-
-async def report_progress(reporter: GitHubReporter, job: Job, report: RunReport) -> None:
-    """A running job's results so far: the check runs of the checks that finished completed, the
-    summary refreshed (one machine: its executor; several hosts: the service, from what the agent
-    wrote to the store)."""
-    assert job.pr_number is not None
-    # Completed checks; and the tests while they run, once one failed (their failures so far).
-    streaming = report.tests is not None and report.tests.in_progress is not None
-    done = [
-        out
-        for out in render_check_runs(report)
-        if out.status == "completed" or (streaming and out.kind == CheckKind.TESTS)
-    ]
-    await _send_reports(
-        "early results",
-        partial(reporter.sync_check_runs, job, done, while_state=RunState.RUNNING),
-        partial(reporter.refresh_summary, job.repo, job.pr_number),
-    )
 
 
 async def run_pipeline(
@@ -234,50 +138,20 @@ async def run_pipeline(
             await stop
 
 
-async def _send_reports(what: str, *calls: Callable[[], Awaitable[Any]]) -> None:
-    """Send reports one after another; a GitHub error is logged, and never loses the run's result,
-    which is in the store already and is sent again at the next refresh of the PR. Each call is
-    made only when its turn comes: one that never comes (an error, a cancelled task) leaves no
-    coroutine behind that nobody awaits."""
-    for call in calls:
-        try:
-            await call()
-        except Exception:
-            log.exception("reporting to GitHub failed", what=what)
-            return
-
-
 class EarlyResults:
-    """The pipeline's progress callback: each check's run completes as soon as its result is known.
+    """The pipeline's progress callback: each check's result goes to the store as soon as it is
+    known, and the publisher is woken; the run never waits for GitHub, and the publisher sends the
+    checks that finished while the rest runs (the same as with agents, whose writes wake it by
+    NOTIFY)."""
 
-    The results so far go into the store at once (the summary shows them); GitHub is told in the
-    background, one update after another, so the run never waits for GitHub.
-    """
-
-    def __init__(self, store: Store, job: Job, reporter: GitHubReporter | None):
+    def __init__(self, store: Store, job: Job, publisher: Publisher):
         self.store = store
         self.job = job
-        self.reporter = reporter
-        self._sending: asyncio.Task[None] | None = None
+        self.publisher = publisher
 
     async def __call__(self, report: RunReport) -> None:
-        if not await asyncio.to_thread(self.store.save_progress, self.job.id, self.job.attempts, report):
-            return
-        if self.reporter is None or self.job.pr_number is None:
-            return
-        previous = self._sending
-        self._sending = asyncio.create_task(self._send(previous, report))
-
-    async def _send(self, previous: asyncio.Task[None] | None, report: RunReport) -> None:
-        if previous is not None:
-            await previous
-        assert self.reporter is not None
-        await report_progress(self.reporter, self.job, report)
-
-    async def drain(self) -> None:
-        """Wait for the updates under way: the final one must come after them."""
-        if self._sending is not None:
-            await self._sending
+        if await asyncio.to_thread(self.store.save_progress, self.job.id, self.job.attempts, report):
+            self.publisher.wake(self.job.id)
 
 
 class StoreLedger:

@@ -23,7 +23,7 @@ from bot.service.supervisor import Supervisor
 log = structlog.get_logger(__name__)
 
 JobExecutor = Callable[[Job, asyncio.Event], Awaitable[None]]
-Publisher = Callable[[str], Awaitable[bool]]
+Publish = Callable[[str], Awaitable[bool]]  # the publisher's publish: a run's state to GitHub
 
 
 class WorkerPool:
@@ -37,7 +37,7 @@ class WorkerPool:
         poll_interval: float = 1.0,
         cancel_poll_interval: float = 1.0,
         heartbeat_s: float = 10.0,
-        publish: Publisher | None = None,
+        publish: Publish | None = None,
     ):
         self._store = store
         self._execute = execute

@@ -48,9 +48,13 @@ DELIVERY_LEASE = timedelta(minutes=2)
 STALLED_AFTER = timedelta(seconds=60)  # PARITYBOT_STALLED_AFTER_S's default
 LEASE_BATCH = 1
 REPLACED = "replaced by a newer request for the same environment before it started"
-# Agents and the service wake each other through this NOTIFY channel (the payload is a job id): a
-# job's state changed, and the service tells GitHub (bot.service.fleet.service).
+# Whatever changes a run NOTIFYs this channel (the payload is its id), at commit: the publishers of
+# every service replica tell GitHub (bot.service.publisher), and the run's change feed moves on.
 JOBS_CHANNEL = "paritybot_jobs"
+# Service replicas wake each other's dispatchers through this one: a delivery was recorded, one of a
+# PR's deliveries finished while the next waits, or a silent replica's delivery may be taken over
+# (bot.service.fleet.deliveries). Each dispatcher still polls, so a dropped connection costs a poll.
+DELIVERIES_CHANNEL = "paritybot_deliveries"
 # Every final job has something to tell on GitHub: a pull request's runs their check runs and
 # summary, a default-branch run whether its coverage map was recorded (a check run on its commit).
 DUE = "true"
@@ -115,12 +119,15 @@ class PostgresStore:
     # deliveries -----------------------------------------------------------------------------------
 
     def record_delivery(self, delivery_id: str, event: str, body: bytes) -> bool:
-        rows = self._query(
-            "INSERT INTO deliveries (delivery_id, event, body, pr_key) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS new",
-            (delivery_id, event, body, pr_key(body)),
-        )
-        return bool(rows)
+        with self._tx() as c:
+            new = c.execute(
+                "INSERT INTO deliveries (delivery_id, event, body, pr_key) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (delivery_id) DO NOTHING RETURNING 1 AS new",
+                (delivery_id, event, body, pr_key(body)),
+            ).fetchone()
+            if new is not None:  # every replica's dispatcher, at commit: not only this one's
+                c.execute("SELECT pg_notify(%s, '')", (DELIVERIES_CHANNEL,))
+        return new is not None
 
     def pending_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Due deliveries no live replica holds, now held by this one for its delivery lease.
@@ -158,11 +165,37 @@ class PostgresStore:
         ]
 
     def finish_delivery(self, delivery_id: str, status: DeliveryStatus, error: str | None = None) -> None:
-        self._query(
-            "UPDATE deliveries SET status = %s, error = %s, attempts = attempts + 1, leased_until = NULL "
-            "WHERE delivery_id = %s RETURNING 1",
-            (DeliveryStatus(status).value, error, delivery_id),
-        )
+        with self._tx() as c:
+            c.execute(
+                "UPDATE deliveries SET status = %s, error = %s, attempts = attempts + 1, leased_until = NULL "
+                "WHERE delivery_id = %s",
+                (DeliveryStatus(status).value, error, delivery_id),
+            )
+            # The PR's next delivery may go now: whichever replica is free takes it at once.
+            c.execute(
+                "SELECT pg_notify(%s, '') WHERE EXISTS (SELECT 1 FROM deliveries d JOIN deliveries o"
+                " ON o.pr_key = d.pr_key WHERE d.delivery_id = %s AND o.status = 'received')",
+                (DELIVERIES_CHANNEL, delivery_id),
+            )
+
+    def takeover_due(self) -> float | None:
+        """Seconds until a delivery another replica holds may be taken over (its holder silent for
+        ``stalled_after``, stopped, or its lease over); at 0 or less, every dispatcher is woken now.
+        None: no other replica holds one."""
+        with self._tx() as c:
+            row = c.execute(
+                "SELECT EXTRACT(EPOCH FROM min(LEAST(d.leased_until, CASE WHEN d.leased_by IS NULL"
+                " THEN d.leased_until WHEN i.id IS NULL OR i.stopped_at IS NOT NULL THEN now()"
+                " ELSE i.last_heartbeat + %s END)) - now()) AS wait"
+                " FROM deliveries d LEFT JOIN instances i ON i.id = d.leased_by"
+                " WHERE d.status = 'received' AND d.leased_until > now()"
+                " AND d.leased_by IS DISTINCT FROM %s",
+                (self.stalled_after, self.instance_id),
+            ).fetchone()
+            wait = None if row is None or row["wait"] is None else float(row["wait"])
+            if wait is not None and wait <= 0:
+                c.execute("SELECT pg_notify(%s, 'takeover')", (DELIVERIES_CHANNEL,))
+        return wait
 
     def retry_delivery_later(self, delivery_id: str, error: str, delay_s: float) -> None:
         self._query(
@@ -233,7 +266,7 @@ class PostgresStore:
             c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_lock_key(lock),))
             inserted = c.execute(
                 "INSERT INTO jobs (id, queue, repo, pr_number, head_sha, environment, request, dedupe_key, "
-                "state, reported_state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued', 'queued') "
+                "state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued') "
                 "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id",
                 (
                     job_id,
@@ -250,6 +283,7 @@ class PostgresStore:
                 return None
             queue_job = self._defer(c, job_id, queue, lock, queueing=True)
             c.execute("UPDATE jobs SET queue_job_id = %s WHERE id = %s", (queue_job, job_id))
+            c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, job_id))  # the publishers, at commit
         return self.get_job(job_id)
 
     @staticmethod
@@ -341,7 +375,8 @@ class PostgresStore:
 
     def save_progress(self, job_id: str, attempt: int, report: RunReport) -> bool:
         rows = self._query(
-            "UPDATE jobs SET report = %s WHERE id = %s AND state = 'running' AND attempts = %s RETURNING 1",
+            "UPDATE jobs SET report = %s, progress = progress + 1 WHERE id = %s AND state = 'running' "
+            "AND attempts = %s RETURNING 1",
             (_report_json(report), job_id, attempt),
         )
         return bool(rows)
@@ -351,6 +386,36 @@ class PostgresStore:
 
     def mark_reported(self, job_id: str) -> None:
         self._query("UPDATE jobs SET report_due = false WHERE id = %s RETURNING 1", (job_id,))
+
+    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
+        """Jobs whose state change (started, queued again, ended) the service has not told GitHub
+        about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
+        rows = self._query(
+            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state "
+            "OR (state = 'running' AND progress > progress_published) ORDER BY seq LIMIT %s",
+            (limit,),
+        )
+        return [_job(r) for r in rows]
+
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        """What GitHub was told of the job: the state, and how many progress writes it was not
+        shown yet."""
+        rows = self._query(
+            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
+            (job_id,),
+        )
+        if not rows:
+            return None, 0
+        told = rows[0]["reported_state"]
+        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
+        self._query(
+            "UPDATE jobs SET reported_state = %s, progress_published = progress_published + %s "
+            "WHERE id = %s RETURNING 1",
+            (state.value, progress_seen, job_id),
+        )
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Queued runs are cancelled with their queue job; running ones are flagged and their queue
@@ -366,12 +431,12 @@ class PostgresStore:
                 if r["queue_job_id"] is not None:
                     c.execute("SELECT procrastinate_cancel_job_v1(%s, true, false)", (r["queue_job_id"],))
                 if r["state"] == RunState.QUEUED.value:
-                    # Published by the canceller (the scheduler), at once: nothing left to announce.
                     c.execute(
                         "UPDATE jobs SET state = 'cancelled', finished_at = now(), error = %s, "
-                        f"reported_state = 'cancelled', report_due = {DUE} WHERE id = %s",
+                        f"report_due = {DUE} WHERE id = %s",
                         ("superseded before it started", r["id"]),
                     )
+                    c.execute("SELECT pg_notify(%s, %s)", (JOBS_CHANNEL, r["id"]))
                 else:
                     c.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s", (r["id"],))
         return [j for j in (self.get_job(r["id"]) for r in rows) if j is not None]

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from bot.core.models import RunReport, RunState
+from bot.core.models import RunReport
 from bot.service.store.postgres import (
     DUE,
     JOBS_CHANNEL,
@@ -298,35 +298,3 @@ class FleetStore(PostgresStore):
                 (sealed, expires_at, error, queue_job_id),
             )
             c.execute("SELECT pg_notify(%s, %s)", (TOKEN_READY_CHANNEL, str(queue_job_id)))
-
-    # reporting --------------------------------------------------------------------------------------
-
-    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
-        """Jobs whose state change (started, queued again, ended) the service has not told GitHub
-        about yet, oldest first. A final one is also ``report_due`` until the reconciler published it."""
-        rows = self._query(
-            "SELECT * FROM jobs WHERE reported_state IS DISTINCT FROM state "
-            "OR (state = 'running' AND progress > progress_published) ORDER BY seq LIMIT %s",
-            (limit,),
-        )
-        return [_job(r) for r in rows]
-
-    def told(self, job_id: str) -> tuple[RunState | None, int]:
-        """What GitHub was told of the job: the state, and how many progress writes it was not
-        shown yet."""
-        rows = self._query(
-            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
-            (job_id,),
-        )
-        if not rows:
-            return None, 0
-        told = rows[0]["reported_state"]
-        return (RunState(told) if told else None), int(rows[0]["unpublished"])
-
-    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
-        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
-        self._query(
-            "UPDATE jobs SET reported_state = %s, progress_published = progress_published + %s "
-            "WHERE id = %s RETURNING 1",
-            (state.value, progress_seen, job_id),
-        )

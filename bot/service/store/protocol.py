@@ -106,6 +106,20 @@ class Store(Protocol):
 
     def mark_reported(self, job_id: str) -> None: ...
 
+    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
+        """Jobs whose state, or results so far, GitHub was not told yet (the publisher's to do),
+        oldest first. A final one is also ``report_due`` until it was published."""
+        ...
+
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        """What GitHub was told of the job: the state, and how many progress writes it was not
+        shown yet."""
+        ...
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""
+        ...
+
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         """Cancel the PR's queued jobs and flag its running ones (not those of ``keep_sha``)."""
         ...

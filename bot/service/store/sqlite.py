@@ -321,7 +321,8 @@ class SQLiteStore:
         this attempt's."""
         with self._tx() as c:
             cur = c.execute(
-                "UPDATE jobs SET report = ? WHERE id = ? AND state = 'running' AND attempts = ?",
+                "UPDATE jobs SET report = ?, progress = progress + 1 WHERE id = ? AND state = 'running' "
+                "AND attempts = ?",
                 (report.model_dump_json(), job_id, attempt),
             )
             return cur.rowcount == 1
@@ -342,6 +343,31 @@ class SQLiteStore:
     def mark_reported(self, job_id: str) -> None:
         with self._tx() as c:
             c.execute("UPDATE jobs SET report_due = 0 WHERE id = ?", (job_id,))
+
+    def jobs_to_announce(self, limit: int = 50) -> list[Job]:
+        rows = self._query(
+            "SELECT * FROM jobs WHERE reported_state IS NOT state OR progress > progress_published "
+            "ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [self._job(r) for r in rows]
+
+    def told(self, job_id: str) -> tuple[RunState | None, int]:
+        rows = self._query(
+            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = ?",
+            (job_id,),
+        )
+        if not rows:
+            return None, 0
+        told = rows[0]["reported_state"]
+        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+
+    def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
+        with self._tx() as c:
+            c.execute(
+                "UPDATE jobs SET reported_state = ?, progress_published = progress_published + ? WHERE id = ?",
+                (state.value, progress_seen, job_id),
+            )
 
     def request_cancel(self, repo: str, pr_number: int, *, keep_sha: str | None = None) -> list[Job]:
         with self._tx() as c:

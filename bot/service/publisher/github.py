@@ -1,18 +1,18 @@
-"""The GitHub side of reporting: check runs, the one sticky comment, replies and reactions.
+"""The publisher's write side on GitHub: check runs, the one sticky comment, replies and reactions.
 
-Rendering is pure (:mod:`bot.render`); this module only sends what it renders. The sticky
-comment is rebuilt from the store's view of the PR every time, under a per-PR lock, so two runs
-that finish at once both write the same, latest summary into the same comment.
+Only the publisher package imports this module (an import-linter contract in pyproject.toml keeps
+it so): whatever changes a run writes the store, and :mod:`bot.service.publisher.publisher` tells
+GitHub from it. Rendering is pure (:mod:`bot.render`); this module only sends what it renders. The
+sticky comment is rebuilt from the store's view of the PR every time, under a per-PR lock, so two
+runs that finish at once both write the same, latest summary into the same comment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import defaultdict
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from gidgethub import BadRequest
@@ -31,39 +31,11 @@ from bot.render.comment import (
     render_pr_comment,
 )
 from bot.service.github import RetryPolicy, retrying
+from bot.service.locks import PrLocking
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job, PullState
 
 log = structlog.get_logger(__name__)
-
-
-class PrLocking(Protocol):
-    """A lock per PR: comment edits and scheduling for a PR never interleave. One process: an
-    asyncio lock (:class:`PrLocks`); several service replicas: a PostgreSQL advisory lock
-    (:class:`bot.service.fleet.locks.AdvisoryPrLocks`)."""
-
-    def __call__(self, repo: str, pr_number: int) -> AbstractAsyncContextManager[Any]: ...
-    def job(self, job_id: str) -> AbstractAsyncContextManager[Any]:
-        """One lock per job: whoever sends its check runs holds it (see :class:`PrLocks`)."""
-        ...
-
-
-class PrLocks:
-    """One lock per PR in this process: comment edits and scheduling for a PR never interleave.
-
-    ``job(id)`` is one lock per job: whoever sends a job's check runs (its worker, the reconciler)
-    holds it, so two of them never create the same check run at once.
-    """
-
-    def __init__(self) -> None:
-        self._locks: dict[tuple[str, int], asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._jobs: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-
-    def __call__(self, repo: str, pr_number: int) -> asyncio.Lock:
-        return self._locks[(repo, pr_number)]
-
-    def job(self, job_id: str) -> asyncio.Lock:
-        return self._jobs[job_id]
 
 
 def _digest(out: CheckRunOutput) -> str:
