@@ -28,8 +28,10 @@ from bot.render.check_runs import render_in_progress_output
 from bot.service.github import GitHubApp
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
+from bot.service.run_log import RunLogRecorder
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.store.run_logs import RunLogStore
 from bot.service.test_history import StoreHistory, record_tests
 from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
 from runner.checks.attribution import TestHistory
@@ -106,6 +108,7 @@ class RunExecutor:
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
             history=StoreHistory(self.store, job.repo, job.environment, job.pr_number),
+            log_store=self.store,
         )
 
 
@@ -195,9 +198,41 @@ async def run_pipeline(
     progress: Callable[[RunReport], Awaitable[None]] | None = None,
     processes: ProcessLedger | None = None,
     history: TestHistory | None = None,
+    log_store: RunLogStore | None = None,
 ) -> RunReport:
     """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
-    container) and ends it cancelled."""
+    container) and ends it cancelled. With ``log_store``, each step's output goes there as it comes
+    (the run page)."""
+    recorder = None if log_store is None else RunLogRecorder(log_store, job.id, job.attempts, (token or "",))
+    async with recorder.flushing() if recorder is not None else contextlib.nullcontext():
+        return await _run_pipeline(
+            job,
+            cancel,
+            token,
+            baseline,
+            runner_factory,
+            workspace_root,
+            cache_root,
+            progress,
+            processes,
+            history,
+            recorder,
+        )
+
+
+async def _run_pipeline(
+    job: Job,
+    cancel: asyncio.Event,
+    token: str | None,
+    baseline: EnvFacts | None,
+    runner_factory: RunnerFactory,
+    workspace_root: Path,
+    cache_root: Path,
+    progress: Callable[[RunReport], Awaitable[None]] | None,
+    processes: ProcessLedger | None,
+    history: TestHistory | None,
+    step_log: RunLogRecorder | None,
+) -> RunReport:
     config = job.request.config or RepoConfig()
     environment = config.environment(job.environment)
     if environment is None:
@@ -214,6 +249,7 @@ async def run_pipeline(
         progress=progress,
         processes=processes,
         history=history,
+        step_log=step_log,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
     run = asyncio.create_task(pipeline.execute())

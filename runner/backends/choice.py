@@ -222,6 +222,7 @@ async def choose_runner(
         reason=choice.reason,
         owns_client=True,
         owner=policy.owner,
+        on_output=request.output,
     )
 
 

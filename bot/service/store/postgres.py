@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
+from bot.service.store.postgres_logs import PostgresRunLogs
 from bot.service.store.postgres_schema import migrate, safe_url
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
@@ -72,7 +73,7 @@ def _lock_key(name: str) -> str:
     return f"paritybot:{name}"
 
 
-class PostgresStore:
+class PostgresStore(PostgresRunLogs):
     """:class:`bot.service.store.protocol.Store` on PostgreSQL, and what agents and the reaper need."""
 
     def __init__(
