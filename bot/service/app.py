@@ -20,6 +20,7 @@ import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 import aiohttp
 import structlog
@@ -33,6 +34,8 @@ from bot.service.github import GitHubApp
 from bot.service.instance import Instance
 from bot.service.reconciler import Reconciler
 from bot.service.reporter import GitHubReporter, PrLocking, PrLocks
+from bot.service.run_page.live import LogWake, listen_for_logs
+from bot.service.run_page.routes import Gate, add_run_page, private_not_found
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
@@ -112,8 +115,14 @@ class Service:
     supervisor: Supervisor
     instance: Instance
     fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
+    log_wake: LogWake | None = None  # wakes the run pages' live logs
+    log_listener: asyncio.Task[None] | None = None  # several hosts: LISTEN for the agents' log lines
 
     async def stop(self) -> None:
+        if self.log_listener is not None:
+            self.log_listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.log_listener
         await self.dispatcher.stop()
         await self.reconciler.stop()
         if self.workers is not None:
@@ -142,10 +151,14 @@ def recover_at_startup(store: EmbeddedQueue, settings: Settings) -> None:
         log.info("workspaces of dead runs removed", count=removed)
 
 
-async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
+async def build_service(
+    settings: Settings, *, runner: RunnerFactory | None = None, gate: Gate = private_not_found
+) -> Service:
+    """Everything `serve` runs; ``gate`` decides who sees a private repository's run pages
+    (:mod:`bot.service.run_page.routes`)."""
     settings.require_serving()
     if settings.is_postgres:
-        return await _build(settings, *await _fleet_parts(settings))
+        return await _build(settings, *await _fleet_parts(settings), gate=gate)
     store = SQLiteStore(settings.sqlite_path)
     instance = Instance(store, "serve", settings.heartbeat_s, settings.stalled_after_s)
     await asyncio.to_thread(instance.register)
@@ -160,6 +173,7 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         locks,
         interval_s=settings.reconcile_interval_s,
         take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
+        **_run_page_settings(settings),
     )
     executor = RunExecutor(
         store,
@@ -177,7 +191,15 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         heartbeat_s=settings.heartbeat_s,
         publish=reconciler.publish,
     )
-    return await _build(settings, store, locks, session, app, reconciler, workers, None, instance)
+    return await _build(settings, store, locks, session, app, reconciler, workers, None, instance, gate=gate)
+
+
+def _run_page_settings(settings: Settings) -> dict[str, Any]:
+    """What the reconciler needs of the run pages: their address, how long their logs are kept."""
+    return {
+        "public_url": settings.public_url,
+        "log_retention": timedelta(days=settings.log_retention_days),
+    }
 
 
 def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
@@ -209,7 +231,9 @@ async def _fleet_parts(
     await locks.open()
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
-    reconciler = Reconciler(store, app, locks, interval_s=settings.reconcile_interval_s)
+    reconciler = Reconciler(
+        store, app, locks, interval_s=settings.reconcile_interval_s, **_run_page_settings(settings)
+    )
     fleet = FleetLoops(
         store,
         app,
@@ -233,6 +257,8 @@ async def _build(
     workers: WorkerPool | None,
     fleet: FleetLoops | None,
     instance: Instance,
+    *,
+    gate: Gate,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     recorded = asyncio.Event()  # wakes the dispatcher when a new delivery is committed
@@ -241,7 +267,15 @@ async def _build(
         bot_login = await app.bot_login()
         gh = await app.client(installation) if installation is not None else None
         reporter = (
-            GitHubReporter(gh, store, locks, bot_login, app_id=app.app_id, retry=app.retry)
+            GitHubReporter(
+                gh,
+                store,
+                locks,
+                bot_login,
+                app_id=app.app_id,
+                retry=app.retry,
+                public_url=settings.public_url,
+            )
             if gh is not None
             else None
         )
@@ -270,8 +304,23 @@ async def _build(
         on_recorded=recorded.set,
         loops_down=supervisor.down,
     )
+    wake = add_run_page(web_app, store, gate=gate, public_url=settings.public_url)
+    wake.bind(asyncio.get_running_loop())
+    if isinstance(store, SQLiteStore):
+        store.on_log = wake.notify  # one machine: the workers write the logs in this process
     return Service(
-        settings, store, dispatcher, workers, reconciler, session, app, web_app, supervisor, instance, fleet
+        settings,
+        store,
+        dispatcher,
+        workers,
+        reconciler,
+        session,
+        app,
+        web_app,
+        supervisor,
+        instance,
+        fleet,
+        log_wake=wake,
     )
 
 
@@ -282,6 +331,10 @@ async def start_service(service: Service) -> None:
         service.workers.start(service.supervisor)
     if service.fleet is not None:
         service.fleet.start(service.supervisor)
+        if service.log_wake is not None:
+            # The agents' log lines come through PostgreSQL: LISTEN wakes the live pages.
+            listen = partial(listen_for_logs, service.settings.database_url, service.log_wake)
+            service.log_listener = service.supervisor.keep("run-log listener", listen)
     service.dispatcher.start(service.supervisor)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
@@ -69,6 +70,8 @@ class Reconciler:
         interval_s: float = 60.0,
         take_back: TakeBack | None = None,
         reporter_factory: Callable[[Job], Awaitable[GitHubReporter | None]] | None = None,
+        log_retention: timedelta | None = None,
+        public_url: str | None = None,
     ):
         self.store = store
         self.app = app
@@ -76,6 +79,8 @@ class Reconciler:
         self.locks = locks
         self.interval_s = interval_s
         self.take_back = take_back
+        self.log_retention = log_retention
+        self.public_url = public_url
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.passes = 0  # completed passes, for tests and logs
@@ -97,6 +102,7 @@ class Reconciler:
             await self.app.bot_login(),
             app_id=self.app.app_id,
             retry=self.app.retry,
+            public_url=self.public_url,
         )
 
     # --- one job --------------------------------------------------------------------------------
@@ -176,6 +182,11 @@ class Reconciler:
                         await self.ensure_check_runs(job)
                     except Exception:
                         log.exception("creating a run's check runs failed; trying again later", run_id=job.id)
+        if self.log_retention is not None:
+            before = datetime.now(UTC) - self.log_retention
+            purged = await asyncio.to_thread(self.store.purge_logs, before)
+            if purged:
+                log.info("run logs past their retention removed", events=purged)
         self.passes += 1
 
     def wake(self) -> None:

@@ -106,6 +106,18 @@ class Settings(BaseSettings):
     github_max_wait_s: float = Field(
         300.0, ge=0, le=86400, description="a longer rate limit fails the request; what is due is sent later"
     )
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="where browsers reach `serve` (https://paritybot.example.org): every check run's "
+        "Details link and the summary's link go to its run page there; unset, they are not sent",
+    )
+    log_retention_days: float = Field(
+        30.0,
+        gt=0,
+        le=3650,
+        description="a run's log is kept this long after its last line (docs/run-page.md)",
+    )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     stale_after_s: float | None = Field(None, description="renamed PARITYBOT_STALLED_AFTER_S")

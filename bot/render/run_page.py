@@ -1,0 +1,98 @@
+"""What the run page shows of each step's log: pure, from the steps folded out of the store.
+
+A long log's first view is its first ``HEAD_LINES`` and last ``TAIL_LINES`` lines, with the lines
+between a click away (served ``LINES_BATCH`` at a time), so a 100,000-line log opens fast. Lines
+keep their numbers (a link per line), the first error line of a failed step is marked, and where
+the caps left output out the page says how much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.core.perf import BenchmarkSamples
+from bot.render.run_steps import StepView
+from bot.render.terminal import Line, TerminalParser
+
+HEAD_LINES = 300
+TAIL_LINES = 700
+LINES_BATCH = 5000
+
+
+@dataclass
+class StepLog:
+    step: StepView
+    head: list[Line] = field(default_factory=list)
+    hidden: tuple[int, int] | None = None  # first and last line numbers not in the first view
+    tail: list[Line] = field(default_factory=list)
+    total_lines: int = 0
+    cut_after: int | None = None  # the line after which the caps cut output out
+    error_line: int | None = None  # the first error line, marked when the step failed
+
+    @property
+    def anchor(self) -> str:
+        return f"step-{self.step.index}"
+
+
+def parse_step(step: StepView) -> tuple[list[Line], int | None, int | None]:
+    """Every line of the step's kept output, its first error line, and the line the cut follows."""
+    parser = TerminalParser()
+    if step.cut_at is None:
+        lines = parser.feed(step.output, final=step.state != "running")
+        return lines, parser.first_error, None
+    lines = parser.feed(step.output[: step.cut_at], final=True)
+    cut_after = len(lines)
+    lines += parser.feed(step.output[step.cut_at :], final=step.state != "running")
+    return lines, parser.first_error, cut_after
+
+
+def step_log(step: StepView, head: int = HEAD_LINES, tail: int = TAIL_LINES) -> StepLog:
+    lines, first_error, cut_after = parse_step(step)
+    view = StepLog(step=step, total_lines=len(lines), cut_after=cut_after)
+    view.error_line = first_error if step.failed else None
+    if len(lines) <= head + tail:
+        view.head = lines
+        return view
+    view.head, view.tail = lines[:head], lines[-tail:]
+    view.hidden = (head + 1, len(lines) - tail)
+    if view.error_line is not None and view.hidden[0] <= view.error_line <= view.hidden[1]:
+        # The error line must be on the page to be scrolled to: the tail starts there instead.
+        start = max(view.error_line - 20, head + 1)
+        view.tail = lines[start - 1 :]
+        view.hidden = (head + 1, start - 1) if start > head + 1 else None
+    return view
+
+
+def lines_between(step: StepView, first: int, last: int) -> list[Line]:
+    """Lines ``first`` to ``last`` (1-based, inclusive, at most LINES_BATCH) of the step's log."""
+    lines, _, _ = parse_step(step)
+    last = min(last, first + LINES_BATCH - 1)
+    return lines[max(first, 1) - 1 : last]
+
+
+@dataclass
+class Chart:
+    """One benchmark's rounds as two polylines (base, head) in a WIDTH × HEIGHT box."""
+
+    name: str
+    base: str
+    head: str
+    top: float  # seconds at the top of the box
+
+
+CHART_WIDTH, CHART_HEIGHT = 480, 120
+
+
+def rounds_chart(samples: BenchmarkSamples) -> Chart | None:
+    rounds = samples.rounds
+    if not rounds:
+        return None
+    top = max(max(r.base, r.head) for r in rounds) * 1.1
+    step = CHART_WIDTH / max(len(rounds) - 1, 1)
+
+    def points(values: list[float]) -> str:
+        return " ".join(
+            f"{i * step:.1f},{CHART_HEIGHT - v / top * CHART_HEIGHT:.1f}" for i, v in enumerate(values)
+        )
+
+    return Chart(samples.name, points([r.base for r in rounds]), points([r.head for r in rounds]), top)
