@@ -278,7 +278,11 @@ class Pipeline:
             analysis.cancel()  # when a step was cancelled or failed; a no-op once it is done
         cfg = self.config
         report.docstrings = docstrings
-        if self.deps.step_log is not None and docstrings is not None:
+        if (
+            self.deps.step_log is not None
+            and docstrings is not None
+            and docstrings.status != CheckStatus.DISABLED
+        ):
             log_docstrings(self.deps.step_log, docstrings)
         await self._progress(report)  # pre-commit and the docstrings are known: their runs complete
         if rfc_inputs is not None:

@@ -16,7 +16,9 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 need=()
 # docker-compose: the deploy tests render the compose files with compose itself, as the guide does.
-for tool in git:git dockerd:docker.io debootstrap:debootstrap docker-compose:docker-compose; do
+# chromium and chromium-driver: the run page's tests drive a real headless browser.
+for tool in git:git dockerd:docker.io debootstrap:debootstrap docker-compose:docker-compose \
+    chromium:chromium chromedriver:chromium-driver; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # Debian's python3 comes without venv until python3-venv is installed.
