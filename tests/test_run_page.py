@@ -4,6 +4,8 @@ the JSON record, private repositories behind the gate, the live stream and its r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from postgres_support import pg_url
 from run_page_support import (
     HEAD,
     TRACEBACK,
@@ -25,8 +28,12 @@ from bot.core.models import RunState
 from bot.core.run_log import LogKind, NewLogEvent, StepEnd
 from bot.render.run_page import HEAD_LINES, TAIL_LINES
 from bot.render.run_record import SCHEMA_VERSION, RunRecord
+from bot.service.run_page.live import LogWake, listen_for_logs
 from bot.service.run_page.routes import CSP
+from bot.service.store.postgres import PostgresStore
 from bot.service.store.sqlite import SQLiteStore
+
+__all__ = ["pg_url"]  # the fixture, imported for pytest
 
 
 @pytest.fixture
@@ -177,3 +184,28 @@ async def test_the_live_stream_sends_new_lines_and_resumes_after_the_last_event_
     assert [e for _, e, _ in rest] == ["lines", "end", "run"]
     assert rest[0][2]["lines"][0] == {"n": 3, "s": [["", "three"]], "g": None, "eg": False}
     assert rest[-1][2] == {"state": "succeeded"}
+
+
+@pytest.mark.postgres
+async def test_with_agents_a_runs_live_pages_are_woken_by_postgresqls_notify(pg_url):
+    """An agent's log lines reach the service through PostgreSQL: its NOTIFY wakes the pages."""
+    store = PostgresStore(pg_url)
+    wake = LogWake()
+    wake.bind(asyncio.get_running_loop())
+    listener = asyncio.create_task(listen_for_logs(pg_url, wake))
+    try:
+        with wake.watch("job-agent") as woken, wake.watch("job-other") as other:
+            for _ in range(100):  # until the listener has started listening
+                await asyncio.to_thread(
+                    store.append_log, "job-agent", 1, [NewLogEvent(step=0, kind=LogKind.OUT, text="x\n")]
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), 0.1)
+                if woken.is_set():
+                    break
+            assert woken.is_set() and not other.is_set()
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        store.close()
