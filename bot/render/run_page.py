@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from bot.core.perf import BenchmarkSamples
 from bot.render.run_steps import StepView
-from bot.render.terminal import Line, TerminalParser
+from bot.render.terminal import Line, LogText
 
 HEAD_LINES = 300
 TAIL_LINES = 700
@@ -34,40 +34,38 @@ class StepLog:
         return f"step-{self.step.index}"
 
 
-def parse_step(step: StepView) -> tuple[list[Line], int | None, int | None]:
-    """Every line of the step's kept output, its first error line, and the line the cut follows."""
-    parser = TerminalParser()
+def log_text(step: StepView) -> tuple[LogText, int | None]:
+    """The step's kept output as one text, and the line after which the caps cut output out."""
+    final = step.state != "running"
     if step.cut_at is None:
-        lines = parser.feed(step.output, final=step.state != "running")
-        return lines, parser.first_error, None
-    lines = parser.feed(step.output[: step.cut_at], final=True)
-    cut_after = len(lines)
-    lines += parser.feed(step.output[step.cut_at :], final=step.state != "running")
-    return lines, parser.first_error, cut_after
+        return LogText(step.output, final=final), None
+    head = step.output[: step.cut_at]
+    if head and not head.endswith("\n"):
+        head += "\n"  # what the caps cut ends the line they cut into
+    return LogText(head + step.output[step.cut_at :], final=final), head.count("\n")
 
 
 def step_log(step: StepView, head: int = HEAD_LINES, tail: int = TAIL_LINES) -> StepLog:
-    lines, first_error, cut_after = parse_step(step)
-    view = StepLog(step=step, total_lines=len(lines), cut_after=cut_after)
-    view.error_line = first_error if step.failed else None
-    if len(lines) <= head + tail:
-        view.head = lines
+    text, cut_after = log_text(step)
+    total = text.count
+    view = StepLog(step=step, total_lines=total, cut_after=cut_after)
+    view.error_line = text.first_error() if step.failed else None
+    if total <= head + tail:
+        view.head = text.lines(1, total)
         return view
-    view.head, view.tail = lines[:head], lines[-tail:]
-    view.hidden = (head + 1, len(lines) - tail)
-    if view.error_line is not None and view.hidden[0] <= view.error_line <= view.hidden[1]:
-        # The error line must be on the page to be scrolled to: the tail starts there instead.
-        start = max(view.error_line - 20, head + 1)
-        view.tail = lines[start - 1 :]
-        view.hidden = (head + 1, start - 1) if start > head + 1 else None
+    tail_start = total - tail + 1
+    if view.error_line is not None and head < view.error_line < tail_start:
+        # The error line must be on the page to be scrolled to: the tail starts just before it.
+        tail_start = max(view.error_line - 20, head + 1)
+    view.head, view.tail = text.lines(1, head), text.lines(tail_start, total)
+    view.hidden = (head + 1, tail_start - 1) if tail_start > head + 1 else None
     return view
 
 
 def lines_between(step: StepView, first: int, last: int) -> list[Line]:
     """Lines ``first`` to ``last`` (1-based, inclusive, at most LINES_BATCH) of the step's log."""
-    lines, _, _ = parse_step(step)
-    last = min(last, first + LINES_BATCH - 1)
-    return lines[max(first, 1) - 1 : last]
+    text, _ = log_text(step)
+    return text.lines(first, min(last, first + LINES_BATCH - 1))
 
 
 @dataclass

@@ -22,7 +22,8 @@ Segment = tuple[str, str]  # (classes, text)
 ESC = "\x1b"
 # One escape sequence: CSI (ESC [ params final), OSC (ESC ] … BEL or ESC \), a two-character escape.
 _ESCAPE = re.compile(
-    r"\x1b(?:\[([0-?]*)[ -/]*([@-~])|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_]|$)|\x9b[0-?]*[ -/]*[@-~]"
+    r"\x1b(?:\[([0-?]*)[ -/]*([@-~])|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]+[0-~]|[0-Z\\-~]|$)"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
 )
 # Control characters left once the escapes are gone (a stray ESC included); tabs are spaces by then.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -52,7 +53,7 @@ GROUP_END = re.compile(r"^(?:::endgroup::|##\[endgroup\])\s*$")
 # What a reader looks for first in a failed step: pytest's E lines and FAILED, a traceback, an error.
 _ERROR = re.compile(
     r"^(E {3}|FAILED\b|ERROR\b|Traceback \(most recent call last\)|fatal:|error(\[\w+\])?:)"
-    r"|^\S.*?\b\w*(Error|Exception)\b:"
+    r"|^[\w.]*(Error|Exception)\b:"
     r"|: error\b",
     re.IGNORECASE,
 )
@@ -218,3 +219,65 @@ def render_lines(text: str) -> tuple[list[Line], int | None]:
     """All of ``text``'s lines, and the number of its first error line (None: none looks like one)."""
     parser = TerminalParser()
     return parser.feed(text, final=True), parser.first_error
+
+
+_SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+# Words every line _ERROR matches has (lower case): lines without any are never looked at.
+_ERROR_WORDS = ("e   ", "failed", "error", "traceback", "fatal:", "exception")
+
+
+def _groups_open(prefix: str) -> int:
+    """Groups opened and not closed in ``prefix`` (a run of whole lines), counted without a regex."""
+    text = "\n" + prefix
+    opened = text.count("\n::group::") + text.count("\n##[group]")
+    return max(opened - text.count("\n::endgroup::") - text.count("\n##[endgroup]"), 0)
+
+
+class LogText:
+    """A whole log, for reading windows of it: lines ``first``–``last`` are parsed as if the parser
+    had read everything before them (colours and open groups carried over), without parsing what
+    lies between, so a 100,000-line log's head and tail cost what the lines shown cost. ``final``:
+    the output ended, and its last line counts even without a newline."""
+
+    def __init__(self, text: str, *, final: bool) -> None:
+        if not final:
+            text = text[: text.rfind("\n") + 1]  # an unfinished last line waits for its end
+        elif text and not text.endswith("\n"):
+            text += "\n"
+        self.text = text
+        self._starts = [0, *(m.end() for m in re.finditer("\n", text))]
+
+    @property
+    def count(self) -> int:
+        return len(self._starts) - 1
+
+    def lines(self, first: int, last: int) -> list[Line]:
+        first, last = max(first, 1), min(last, self.count)
+        if first > last:
+            return []
+        start = self._starts[first - 1]
+        parser = TerminalParser(lines_out=first - 1)
+        prefix = self.text[:start]
+        if "\x1b[" in prefix:
+            # The style at ``start``: what the SGRs after the last plain reset left.
+            reset = max(prefix.rfind("\x1b[0m"), prefix.rfind("\x1b[m"), 0)
+            for match in _SGR.finditer(prefix, reset):
+                parser.style.apply(match.group(1))
+        parser._open_groups = _groups_open(prefix)
+        return parser.feed(self.text[start : self._starts[last]])
+
+    def first_error(self) -> int | None:
+        """The number of the first line that looks like an error (as the parser reads lines: its
+        escapes gone). Only lines holding one of _ERROR_WORDS are parsed, in order."""
+        lower = "\n" + self.text.lower()
+        pos = 0
+        while True:
+            found = [i for word in _ERROR_WORDS if (i := lower.find(word, pos)) >= 0]
+            if not found:
+                return None
+            hit = min(found)
+            number = lower.count("\n", 0, hit)  # ``lower`` starts with a newline: this counts from 1
+            line = self.lines(number, number)
+            if line and line[0].group is None and not line[0].end_group and _ERROR.search(line[0].text):
+                return number
+            pos = self._starts[number] + 1  # the next line (``lower`` is one character ahead)

@@ -22,6 +22,14 @@ class LogWake:
     def __init__(self) -> None:
         self._waiting: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False  # the server is stopping: live streams end
+
+    def close(self) -> None:
+        """End every live stream now (the server is stopping and would wait for them)."""
+        self.closed = True
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -210,4 +210,9 @@ def add_run_page(
     app.router.add_get("/runs/{run_id}/steps/{step}/lines", step_lines)
     app.router.add_get("/runs/{run_id}", run_page)
     app.router.add_static(STATIC_PREFIX, static_root())
+
+    async def end_live_streams(_: web.Application) -> None:
+        app[WAKE].close()
+
+    app.on_shutdown.append(end_live_streams)
     return app[WAKE]

@@ -112,9 +112,9 @@ async def _send_until_over(
     after: int,
     woken: asyncio.Event,
 ) -> None:
-    store = request.app[STORE]
+    store, wake = request.app[STORE], request.app[WAKE]
     quiet = 0.0
-    while True:
+    while not wake.closed:
         woken.clear()
         events = await asyncio.to_thread(store.log_events, job.id, after)
         for event in events:
