@@ -15,10 +15,12 @@ from browser_support import start_chromium
 from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from finishing import finished, view
-from run_page_support import HOSTILE_LINES, hostile_log
+from run_page_support import HOSTILE_LINES, failed_run, hostile_log, page_server
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from serveproc import ServeProcess, until
+
+from bot.service.store.sqlite import SQLiteStore
 
 __all__ = ["docker_client", "test_image"]
 
@@ -179,3 +181,41 @@ async def test_a_line_printed_in_the_container_appears_on_the_open_page(
     browser.refresh()
     assert dom(browser, "return document.getElementById('run-state').textContent") == "succeeded"
     shot(browser, "passing", top=True)
+
+
+async def test_groups_fold_the_hidden_lines_come_on_demand_and_the_error_is_in_view(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    lines = ["::group::Installing", "pip install a", "pip install b", "::endgroup::"]
+    lines += [f"<b>line {i}</b>" for i in range(5, 2000)] + ["E   assert 1 == 2", "end"]
+    run_id = failed_run(store, log="\n".join(lines) + "\n")
+    try:
+        async with page_server(store) as base:
+            await asyncio.to_thread(browser.get, f"{base}/runs/{run_id}")
+            # The failed step's first error line is marked and scrolled into view.
+            box = dom(
+                browser,
+                "const r = document.querySelector('.line.hl').getBoundingClientRect(); return [r.top, r.bottom, innerHeight]",
+            )
+            assert isinstance(box, list) and box[0] >= 0 and box[1] <= box[2]
+            hidden = "return [...document.querySelectorAll('#s1-L2, #s1-L3')].map(l => l.hidden)"
+            assert dom(browser, hidden) == [True, True]
+            await asyncio.to_thread(browser.find_element(By.ID, "s1-L1").click)
+            assert dom(browser, hidden) == [False, False]
+            assert dom(browser, "return document.querySelector('.line.hl').id") == "s1-L2000"
+            assert dom(browser, "return document.getElementById('s1-L500')") is None
+            button = browser.find_element(By.CSS_SELECTOR, "button.more")
+            await asyncio.to_thread(button.click)
+            for _ in range(100):
+                if dom(browser, "return document.getElementById('s1-L500') !== null"):
+                    break
+                await asyncio.sleep(0.05)
+            assert (
+                dom(browser, "return document.getElementById('s1-L500').querySelector('.t').textContent")
+                == "<b>line 500</b>"
+            )
+            assert dom(browser, "return document.querySelectorAll('#logs b').length") == 0
+            assert dom(browser, "return document.querySelectorAll('button.more').length") == 0
+    finally:
+        store.close()

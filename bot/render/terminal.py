@@ -226,11 +226,23 @@ _SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 _ERROR_WORDS = ("e   ", "failed", "error", "traceback", "fatal:", "exception")
 
 
-def _groups_open(prefix: str) -> int:
-    """Groups opened and not closed in ``prefix`` (a run of whole lines), counted without a regex."""
-    text = "\n" + prefix
-    opened = text.count("\n::group::") + text.count("\n##[group]")
-    return max(opened - text.count("\n::endgroup::") - text.count("\n##[endgroup]"), 0)
+def _groups_open(text: str, end: int) -> int:
+    """Groups opened and not closed before offset ``end`` (a line start) of ``text``, as the parser
+    counts them: only the lines that hold a group marker are parsed."""
+    depth, pos = 0, 0
+    while True:
+        hits = [
+            i
+            for marker in ("::group::", "##[group]", "::endgroup::", "##[endgroup]")
+            if (i := text.find(marker, pos, end)) >= 0
+        ]
+        if not hits:
+            return depth
+        line_start = text.rfind("\n", 0, min(hits)) + 1
+        line_end = text.find("\n", min(hits), end) + 1 or end
+        parser = TerminalParser(_open_groups=depth)
+        parser.feed(text[line_start:line_end], final=True)
+        depth, pos = parser._open_groups, line_end
 
 
 class LogText:
@@ -245,39 +257,57 @@ class LogText:
         elif text and not text.endswith("\n"):
             text += "\n"
         self.text = text
-        self._starts = [0, *(m.end() for m in re.finditer("\n", text))]
+        self.count = text.count("\n")
+        self._groups = "::group::" in text or "##[group]" in text
 
-    @property
-    def count(self) -> int:
-        return len(self._starts) - 1
+    def _offset(self, number: int) -> int:
+        """Where line ``number`` (1 to count + 1) starts, found from the nearer end."""
+        text, pos = self.text, 0
+        if number <= self.count // 2:
+            for _ in range(number - 1):
+                pos = text.find("\n", pos) + 1
+            return pos
+        pos = len(text)
+        for _ in range(self.count + 1 - number):
+            pos = text.rfind("\n", 0, pos - 1) + 1
+        return pos
 
     def lines(self, first: int, last: int) -> list[Line]:
         first, last = max(first, 1), min(last, self.count)
         if first > last:
             return []
-        start = self._starts[first - 1]
+        start = self._offset(first)
+        end = start
+        for _ in range(last - first + 1):
+            end = self.text.find("\n", end) + 1
+        return self._parse(start, end, first)
+
+    def _parse(self, start: int, end: int, first: int) -> list[Line]:
         parser = TerminalParser(lines_out=first - 1)
-        prefix = self.text[:start]
-        if "\x1b[" in prefix:
-            # The style at ``start``: what the SGRs after the last plain reset left.
-            reset = max(prefix.rfind("\x1b[0m"), prefix.rfind("\x1b[m"), 0)
-            for match in _SGR.finditer(prefix, reset):
+        text = self.text
+        # The style at ``start``: what the SGRs after the last plain reset before it left.
+        reset = max(text.rfind("\x1b[0m", 0, start), text.rfind("\x1b[m", 0, start), 0)
+        if text.find("\x1b[", reset, start) >= 0:
+            for match in _SGR.finditer(text, reset, start):
                 parser.style.apply(match.group(1))
-        parser._open_groups = _groups_open(prefix)
-        return parser.feed(self.text[start : self._starts[last]])
+        if self._groups:
+            parser._open_groups = _groups_open(text, start)
+        return parser.feed(text[start:end])
 
     def first_error(self) -> int | None:
         """The number of the first line that looks like an error (as the parser reads lines: its
         escapes gone). Only lines holding one of _ERROR_WORDS are parsed, in order."""
-        lower = "\n" + self.text.lower()
+        lower = self.text.lower()
         pos = 0
         while True:
             found = [i for word in _ERROR_WORDS if (i := lower.find(word, pos)) >= 0]
             if not found:
                 return None
             hit = min(found)
-            number = lower.count("\n", 0, hit)  # ``lower`` starts with a newline: this counts from 1
-            line = self.lines(number, number)
+            start = lower.rfind("\n", 0, hit) + 1
+            end = lower.find("\n", hit) + 1
+            number = lower.count("\n", 0, start) + 1
+            line = self._parse(start, end, number)
             if line and line[0].group is None and not line[0].end_group and _ERROR.search(line[0].text):
                 return number
-            pos = self._starts[number] + 1  # the next line (``lower`` is one character ahead)
+            pos = end

@@ -75,6 +75,36 @@
     row.scrollIntoView({ block: "center" });
   }
 
+  // Collapsible groups (::group:: … ::endgroup::): folded, unless the marked error line is inside.
+  function groupLines(start) {
+    const lines = [];
+    let depth = 0;
+    for (let node = start.nextElementSibling; node; node = node.nextElementSibling) {
+      if (!node.classList.contains("line")) continue;
+      if (node.classList.contains("grp")) depth += 1;
+      else if (node.classList.contains("egrp")) { if (depth === 0) break; depth -= 1; }
+      lines.push(node);
+    }
+    return lines;
+  }
+
+  function fold(start, folded) {
+    start.classList.toggle("folded", folded);
+    for (const line of groupLines(start)) line.hidden = folded;
+  }
+
+  document.addEventListener("click", (event) => {
+    const start = event.target.closest(".line.grp");
+    if (!start || event.target.closest("a")) return;
+    fold(start, !start.classList.contains("folded"));
+  });
+
+  function foldGroups() {
+    for (const start of document.querySelectorAll(".line.grp")) {
+      if (!groupLines(start).some((line) => line.classList.contains("hl"))) fold(start, true);
+    }
+  }
+
   function firstHighlight() {
     if (location.hash) return;
     const row = document.querySelector(".line.hl");
@@ -165,6 +195,7 @@
     on("run", () => { source.close(); location.reload(); });
   }
 
+  foldGroups();
   firstHighlight();
   if (body.dataset.live === "1") live();
 })();
