@@ -30,7 +30,7 @@ HOSTILE_CONFIG = """\
 environments:
   - name: default
     setup:
-      - 'cat "$MARKS/hostile.txt"; echo started > "$MARKS/started.1"; while [ ! -e "$MARKS/open" ]; do sleep 0.1; done; echo "after the gate"'
+      - 'cat "$MARKS/hostile.txt"; echo started > "$MARKS/started.1"; while [ ! -e "$MARKS/open" ]; do sleep 0.1; done; cat "$MARKS/hostile.txt"; echo "after the gate"'
     env:
       MARKS: {marks}
 tests:
@@ -141,6 +141,11 @@ async def test_a_hostile_log_is_inert_in_the_browser_and_details_links_go_to_the
     serve.open_gate()
     await wait_for_text(browser, "after the gate")
     assert dom(browser, "return window.stayed === true")  # appended live, not by a reload
+    # The hostile lines again, this time added live by the page's script: inert all the same.
+    steps = int(str(dom(browser, "return document.querySelectorAll('#step-table tbody tr').length")))
+    assert_inert(browser, steps)
+    live_copies = "return [...document.querySelectorAll('#logs .line .t')].filter(t => t.textContent.startsWith('<script>')).length"
+    assert dom(browser, live_copies) == 2
 
     await until("GitHub to show the run finished", lambda: finished(view(fake_github, REPO, 7, head)))
     summary = view(fake_github, REPO, 7, head).summaries[0]
