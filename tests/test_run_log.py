@@ -150,3 +150,14 @@ def test_on_postgresql_an_agent_adds_to_a_log_and_notifies_but_reads_none(pg_url
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+async def test_the_reconcilers_pass_removes_logs_past_the_retention(store):
+    from bot.service.reconciler import Reconciler
+    from bot.service.reporter import PrLocks
+
+    store.append_log("old", 1, [NewLogEvent(step=0, kind=LogKind.OUT, text="old\n")])
+    store.append_log("recent", 1, [NewLogEvent(step=0, kind=LogKind.OUT, text="recent\n")])
+    store._conn.execute("UPDATE run_log SET at = ? WHERE job_id = 'old'", ("2000-01-01T00:00:00+00:00",))
+    await Reconciler(store, None, PrLocks(), log_retention=timedelta(days=30)).run_once()
+    assert store.log_events("old") == [] and len(store.log_events("recent")) == 1
