@@ -209,3 +209,41 @@ async def test_with_agents_a_runs_live_pages_are_woken_by_postgresqls_notify(pg_
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         store.close()
+
+
+async def test_the_performance_comparison_and_its_charts_are_on_the_page(store):
+    from bot.core.perf import BenchmarkSamples, Comparison, PerformanceResult, Round, Side, Verdict
+
+    run_id = failed_run(store)
+    job = store.get_job(run_id)
+    report = store.report(run_id)
+    assert job is not None and report is not None
+    rounds = [
+        Round(base=0.010, head=0.013 + i / 1000, first=Side.BASE if i % 2 else Side.HEAD) for i in range(6)
+    ]
+    report.performance = PerformanceResult(
+        trigger="label perf",
+        threshold=0.05,
+        confidence=0.95,
+        blocking=False,
+        comparisons=[
+            Comparison(
+                kind="pytest",
+                name="bench_<sum>",
+                verdict=Verdict.REGRESSION,
+                reason="30% slower",
+                base_median=0.010,
+                head_median=0.0155,
+                ratio=1.3,
+            )
+        ],
+        charted=[BenchmarkSamples(kind="pytest", name="bench_<sum>", rounds=rounds)],
+    )
+    store.finish(run_id, RunState.SUCCEEDED, report, None)
+    async with page_server(store) as base:
+        _, _, html = await get(f"{base}/runs/{run_id}")
+        _, _, text = await get(f"{base}/runs/{run_id}.json")
+    section = html.split('<section id="performance">', 1)[1]
+    assert "bench_&lt;sum&gt;" in section and "bench_<sum>" not in section and "1.300" in section
+    assert section.count("<polyline") == 2 and "<svg" in section
+    assert json.loads(text)["performance"]["comparisons"][0]["ratio"] == 1.3
