@@ -247,3 +247,17 @@ async def test_the_performance_comparison_and_its_charts_are_on_the_page(store):
     assert "bench_&lt;sum&gt;" in section and "bench_<sum>" not in section and "1.300" in section
     assert section.count("<polyline") == 2 and "<svg" in section
     assert json.loads(text)["performance"]["comparisons"][0]["ratio"] == 1.3
+
+
+def test_the_public_url_setting_left_empty_is_unset_and_a_bad_one_is_refused(monkeypatch):
+    from pydantic import ValidationError
+
+    from bot.service.settings import Settings
+
+    monkeypatch.setenv("PARITYBOT_PUBLIC_URL", "")  # what compose passes for a setting left out
+    assert Settings().public_url is None
+    monkeypatch.setenv("PARITYBOT_PUBLIC_URL", "https://paritybot.example.org")
+    assert Settings().public_url == "https://paritybot.example.org"
+    monkeypatch.setenv("PARITYBOT_PUBLIC_URL", "javascript:alert(1)")
+    with pytest.raises(ValidationError):
+        Settings()

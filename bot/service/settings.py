@@ -160,7 +160,7 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("allow_host_runner", "default_image", mode="before")
+    @field_validator("allow_host_runner", "default_image", "public_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         # Compose passes `${X:-}` as an empty string for a setting left out of .env.
