@@ -203,42 +203,13 @@ async def run_pipeline(
     """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
     container) and ends it cancelled. With ``log_store``, each step's output goes there as it comes
     (the run page)."""
-    recorder = None if log_store is None else RunLogRecorder(log_store, job.id, job.attempts, (token or "",))
-    async with recorder.flushing() if recorder is not None else contextlib.nullcontext():
-        return await _run_pipeline(
-            job,
-            cancel,
-            token,
-            baseline,
-            runner_factory,
-            workspace_root,
-            cache_root,
-            progress,
-            processes,
-            history,
-            recorder,
-        )
-
-
-async def _run_pipeline(
-    job: Job,
-    cancel: asyncio.Event,
-    token: str | None,
-    baseline: EnvFacts | None,
-    runner_factory: RunnerFactory,
-    workspace_root: Path,
-    cache_root: Path,
-    progress: Callable[[RunReport], Awaitable[None]] | None,
-    processes: ProcessLedger | None,
-    history: TestHistory | None,
-    step_log: RunLogRecorder | None,
-) -> RunReport:
     config = job.request.config or RepoConfig()
     environment = config.environment(job.environment)
     if environment is None:
         return job.report_without_results(
             RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
         )
+    recorder = None if log_store is None else RunLogRecorder(log_store, job.id, job.attempts, (token or "",))
     deps = PipelineDeps(
         runner_factory=runner_factory,
         workspace_root=workspace_root,
@@ -249,9 +220,15 @@ async def _run_pipeline(
         progress=progress,
         processes=processes,
         history=history,
-        step_log=step_log,
+        step_log=recorder,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
+    async with recorder.flushing() if recorder is not None else contextlib.nullcontext():
+        return await _until_done(pipeline, cancel)
+
+
+async def _until_done(pipeline: Pipeline, cancel: asyncio.Event) -> RunReport:
+    """The pipeline's report; ``cancel`` set first cancels it (its container stopped) and it ends cancelled."""
     run = asyncio.create_task(pipeline.execute())
     stop = asyncio.create_task(cancel.wait())
     try:
