@@ -15,14 +15,16 @@ from browser_support import start_chromium
 from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from finishing import finished, view
-from run_page_support import HOSTILE_LINES, failed_run, hostile_log, page_server
+from fleet_harness import Fleet
+from postgres_support import pg_url
+from run_page_support import HOSTILE_LINES, failed_run, free_port, hostile_log, page_server
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from serveproc import ServeProcess, until
 
 from bot.service.store.sqlite import SQLiteStore
 
-__all__ = ["docker_client", "test_image"]
+__all__ = ["docker_client", "pg_url", "test_image"]
 
 DOCS_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 
@@ -224,3 +226,49 @@ async def test_groups_fold_the_hidden_lines_come_on_demand_and_the_error_is_in_v
             assert dom(browser, "return document.querySelectorAll('button.more').length") == 0
     finally:
         store.close()
+
+
+AGENT_CONFIG = """\
+environments:
+  - name: cuda12
+    runs_on: cuda12.1
+    image: {image}
+    gpus: none
+    branches: ["main"]
+    setup:
+      - 'echo "first line on the agent"; sleep 8; echo "printed in the agent container"; sleep 2'
+checks:
+  precommit: false
+  docstrings: false
+tests:
+  paths: [tests/unit]
+  reruns: 0
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.postgres
+async def test_with_agents_a_line_printed_on_a_gpu_host_appears_on_the_services_page(
+    fake_github: FakeGitHub, tmp_path: Path, pg_url: str, browser: WebDriver, test_image: str
+) -> None:
+    """Several hosts: the agent inserts its run's lines into PostgreSQL and NOTIFYs; the page a
+    `serve` replica serves LISTENs and shows each as it comes."""
+    fleet = await Fleet.create(fake_github, tmp_path, pg_url, config=AGENT_CONFIG.format(image=test_image))
+    try:
+        port = free_port()
+        serve = await fleet.start_serve(port=port, PARITYBOT_PUBLIC_URL=f"http://127.0.0.1:{port}")
+        await fleet.start_agent("gpu-a", "cuda12.1", mode="pipeline")
+        head = fleet.sample.head_sha
+        assert await fleet.send(serve, "pull_request", fleet.pr_event()) == 202
+        await fleet.wait_for("check runs with a Details link", lambda: run_url(fake_github, head) is not None)
+        url = str(run_url(fake_github, head))
+        assert url.startswith(f"http://127.0.0.1:{port}/runs/")
+        await asyncio.to_thread(browser.get, url)
+        await wait_for_text(browser, "first line on the agent", timeout=120)
+        dom(browser, "window.stayed = true")
+        await wait_for_text(browser, "printed in the agent container", timeout=60)
+        assert dom(browser, "return window.stayed === true")  # appended live, not by a reload
+        jobs = await fleet.wait_settled(1, timeout=120)
+        assert jobs[0].state.value == "succeeded"
+    finally:
+        await fleet.close()
