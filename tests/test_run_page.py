@@ -261,3 +261,20 @@ def test_the_public_url_setting_left_empty_is_unset_and_a_bad_one_is_refused(mon
     monkeypatch.setenv("PARITYBOT_PUBLIC_URL", "javascript:alert(1)")
     with pytest.raises(ValidationError):
         Settings()
+
+
+async def test_a_page_of_a_run_tried_again_follows_the_latest_attempt_without_reloading_for_ever(store):
+    run_id = running_job(store)
+    add_step(store, run_id, 0, "tests", "first try\n", None)  # attempt 1, then the worker died
+    store.append_log(run_id, 2, [NewLogEvent(step=0, kind=LogKind.STEP, text="tests")])
+    store.append_log(run_id, 2, [NewLogEvent(step=0, kind=LogKind.OUT, text="second try\n")])
+    async with page_server(store) as base, aiohttp.ClientSession() as session:
+        _, _, html = await get(f"{base}/runs/{run_id}")
+        assert "second try" in html and "first try" not in html
+        last = html.split('data-last-seq="', 1)[1].split('"', 1)[0]
+        async with session.get(f"{base}/runs/{run_id}/events?after={last}") as resp:
+            store.append_log(run_id, 2, [NewLogEvent(step=0, kind=LogKind.OUT, text="more\n")])
+            events = await read_events(resp, until="lines")
+    assert [(e, d["lines"][0]["n"], d["lines"][0]["s"]) for _, e, d in events] == [
+        ("lines", 2, [["", "more"]])
+    ]

@@ -85,7 +85,9 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         if not batch:
             break
         for event in batch:
-            _track_attempt(stream, event)
+            if event.attempt != stream.attempt:  # a later attempt starts afresh, as the page did
+                stream.parsers.clear()
+                stream.attempt = event.attempt
             stream.take(event)
         seen = batch[-1].seq
     response = web.StreamResponse(
@@ -98,10 +100,10 @@ async def run_events(request: web.Request) -> web.StreamResponse:
 
 
 def _track_attempt(stream: LogStream, event: LogEvent) -> bool:
-    """Whether ``event`` begins a new attempt of the run (the page must start over)."""
+    """Whether ``event`` belongs to a later attempt of the run than the page shows (it must start over)."""
     if stream.attempt is None:
         stream.attempt = event.attempt
-    return event.attempt != stream.attempt
+    return event.attempt > stream.attempt
 
 
 async def _send_until_over(
