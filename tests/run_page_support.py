@@ -16,6 +16,9 @@ from aiohttp import web
 from bot.core.config import Environment, RepoConfig
 from bot.core.models import (
     CheckStatus,
+    DocstringResult,
+    Finding,
+    PrecommitResult,
     RunReport,
     RunRequest,
     RunState,
@@ -95,6 +98,17 @@ def failing_report(run_id: str) -> RunReport:
         runner="docker",
         state=RunState.SUCCEEDED,
         tests=TestsResult(status=CheckStatus.FAILED, selection=selection, results=[failed]),
+        precommit=PrecommitResult(
+            status=CheckStatus.FAILED,
+            fix_command="pre-commit run --from-ref main",
+            diff="-a = 1\n+a = 1 <x>\n",
+        ),
+        docstrings=DocstringResult(
+            status=CheckStatus.FAILED,
+            findings=[
+                Finding(path="src/add.py", line=1, title="Missing docstring", message="`add()` has none")
+            ],
+        ),
     )
 
 

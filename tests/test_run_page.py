@@ -60,6 +60,9 @@ async def test_a_failed_runs_page_shows_its_steps_log_and_results_under_a_strict
     assert 'class="line hl" id="s1-L4"' in html  # the first error line of the failed step: "E   …"
     assert "tests/test_add.py::test_add" in html and "assert 3 == 4" in html
     assert "docker run --rm ci/image@sha256:" in html and "covers src/add.py lines 1-3" in html
+    # The comment's other facts, uncut: pre-commit's fix and diff, the docstring findings.
+    assert "pre-commit run --from-ref main" in html and "+a = 1 &lt;x&gt;" in html
+    assert "src/add.py:1" in html and "Missing docstring: `add()` has none" in html
 
 
 async def test_a_hostile_log_is_text_in_the_html(store):
