@@ -107,6 +107,7 @@ class HeadRepo(Fields):
 
 class BaseRepo(HeadRepo):
     clone_url: CloneUrl
+    private: Flag | None = None  # whose runs the run page shows to anyone (docs/run-page.md)
 
 
 class Head(Fields):
@@ -218,6 +219,7 @@ class CheckRunEvent(Fields):
 class PushedRepository(Repository):
     default_branch: GitRef | None = None
     clone_url: CloneUrl
+    private: Flag | None = None
 
 
 class PushEvent(Fields):

@@ -36,6 +36,7 @@ async def default_branch_pushed(event: sansio.Event, ctx: HandlerContext) -> Non
         installation_id=ctx.installation_id,
         repo=repo.full_name,
         clone_url=repo.clone_url,
+        private=repo.private,
         head_sha=payload.after,
         base_ref=default,
         trigger=f"push to {default}",

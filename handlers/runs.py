@@ -43,6 +43,7 @@ def request_from_pr(
         installation_id=installation_id,
         repo=pull.base.repo.full_name,
         clone_url=pull.base.repo.clone_url,
+        private=pull.base.repo.private,
         pr_number=pull.number,
         head_sha=pull.head.sha,
         head_ref=pull.head.ref,

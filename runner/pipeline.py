@@ -98,6 +98,7 @@ from runner.selection.coverage_map import (
     coverage_step,
 )
 from runner.selection.pr import nearest_map, nothing_selected, select_tests
+from runner.step_log import LiveOutput, LoggedRunner, StepLogSink, log_docstrings
 from runner.workspace import Workspace, WorkspaceError, prepare_workspace, remove_workspace
 
 log = structlog.get_logger(__name__)
@@ -123,6 +124,8 @@ class PipelineDeps:
     """Where the host runner records the process group of each step."""
     history: TestHistory | None = None
     """Other runs' test outcomes (the service's store): known flaky tests, the default branch's record."""
+    step_log: StepLogSink | None = None
+    """Where each step's start, whole output and end go as they happen (the run page's log)."""
 
 
 class Cancelled(Exception):
@@ -194,6 +197,8 @@ class Pipeline:
                 await asyncio.to_thread(self._prepare_performance, workspace)
                 await asyncio.to_thread(self._prepare_attribution, workspace)
             self._check_cancelled()
+            sink = self.deps.step_log
+            live = LiveOutput(sink) if sink is not None else None
             self._runner = await self.deps.runner_factory(
                 RunnerRequest(
                     self.environment,
@@ -201,8 +206,11 @@ class Pipeline:
                     trusted_code=req.code_trusted,
                     redact=(self.deps.token,) if self.deps.token else (),
                     processes=self.deps.processes,
+                    output=live,
                 )
             )
+            if sink is not None and live is not None:
+                self._runner = LoggedRunner(self._runner, sink, live)
             await self._runner.prepare()
             info = self._runner.info
             report.runner, report.runner_reason = info.kind, info.reason
@@ -276,6 +284,12 @@ class Pipeline:
             analysis.cancel()  # when a step was cancelled or failed; a no-op once it is done
         cfg = self.config
         report.docstrings = docstrings
+        if (
+            self.deps.step_log is not None
+            and docstrings is not None
+            and docstrings.status != CheckStatus.DISABLED
+        ):
+            log_docstrings(self.deps.step_log, docstrings)
         await self._progress(report)  # pre-commit and the docstrings are known: their runs complete
         if rfc_inputs is not None:
             changed, api_changes, new_deps = rfc_inputs

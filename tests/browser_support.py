@@ -29,7 +29,6 @@ FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--disable-dev-shm-usage",
-    "--window-size=1280,900",
 )
 
 
@@ -38,7 +37,7 @@ def _find(candidates: tuple[str, ...], name: str) -> str | None:
     return found or shutil.which(name)
 
 
-def start_chromium(tmp_path: Path) -> webdriver.Chrome:
+def start_chromium(tmp_path: Path, *, width: int = 1280, height: int = 900) -> webdriver.Chrome:
     """A headless Chromium with a profile of its own, or a skip (a failure under CI) without one."""
     browser, driver = _find(CHROMIUM, "chromium"), _find(CHROMEDRIVER, "chromedriver")
     if browser is None or driver is None:
@@ -48,7 +47,7 @@ def start_chromium(tmp_path: Path) -> webdriver.Chrome:
         pytest.skip(f"{missing} is not installed (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in FLAGS:
+    for flag in (*FLAGS, f"--window-size={width},{height}"):
         options.add_argument(flag)
     profile = tmp_path / "chromium-profile"
     profile.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ run is cancelled; with STUB_MODE=runner in a container of the real container run
 agent's instance; with STUB_MODE=early the docstrings check's result is reported at once, the rest
 after $STUB_STEP_S; with STUB_MODE=together:N it ends as soon as N runs have started, so a test of
 concurrency does not hang on the machine's speed), and returns a report naming the agent that ran it.
+With STUB_MODE=pipeline there is no stub: the agent runs the real pipeline, as `paritybot agent` does.
 """
 
 from __future__ import annotations
@@ -193,7 +194,10 @@ def main() -> int:
             settings,
             args.labels.split(","),
             args.name,
-            job_runner=lambda owner: stub_runner(args.name, step_s, mode, owner),
+            # STUB_MODE=pipeline: no stub, the real pipeline (the run page's test of several hosts).
+            job_runner=None
+            if mode == "pipeline"
+            else lambda owner: stub_runner(args.name, step_s, mode, owner),
         )
     )
 

@@ -176,8 +176,8 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    async def start_serve(self, name: str = "serve-1", **extra: str) -> Proc:
-        port = free_port()
+    async def start_serve(self, name: str = "serve-1", *, port: int | None = None, **extra: str) -> Proc:
+        port = port or free_port()
         env = self.env(
             **extra,
             PARITYBOT_APP_ID=str(self.fake.app_id),

@@ -197,6 +197,7 @@ class TestCaseResult(Model):
     outcome: TestOutcome
     duration_s: float = 0.0
     message: str = Field("", description="the first lines of the error")
+    traceback: str = Field("", description="the whole traceback as pytest reported it (the run page)")
     attempts: int = 1
     repro: list[str] = Field(default_factory=list, description="shell commands that reproduce it")
     collection_error: bool = Field(
@@ -411,6 +412,9 @@ class RunRequest(Model):
     installation_id: int | None = None
     repo: str = Field(description="owner/name")
     clone_url: str
+    private: bool | None = Field(
+        None, description="the repository is private; None: not known, and the run page treats it as private"
+    )
     pr_number: int | None = None
     head_sha: str
     head_ref: str | None = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from bot.core import limits
 from bot.core.config import CONFIG_PATH
 from bot.core.kinds import COMMAND, Stage
@@ -63,6 +65,7 @@ def render_comment(
     app_slug: str = "paritybot",
     notice: str | None = None,
     local: bool = False,
+    run_url: str | None = None,
 ) -> str:
     """The sticky comment's body for ``stage``; ``report`` is the run's results so far, if any.
 
@@ -80,7 +83,9 @@ def render_comment(
     where = (
         f"the [check runs]({check_run_url})" if check_run_url else "the paritybot check runs of this commit"
     )
-    head = _comment_head(report, stage, queue_position, check_run_url, notice, local=local)
+    head = _with_run_link(
+        _comment_head(report, stage, queue_position, check_run_url, notice, local=local), run_url
+    )
     parts = (
         comment_parts(report, where, local=local)
         if report is not None and stage != Stage.CONFIG_ERROR
@@ -103,6 +108,12 @@ class CommentSection(Model):
     report: RunReport | None = None
     queue_position: int | None = None
     notice: str | None = None
+    run_url: str | None = Field(None, description="the run's page: its whole log and results")
+
+
+def _with_run_link(head: str, run_url: str | None) -> str:
+    """The heading, then the link to the run's page (paritybot's own address, never the run's text)."""
+    return f"{head}\n\n📜 [The whole log and every result]({run_url})" if run_url else head
 
 
 def render_pr_comment(
@@ -125,6 +136,7 @@ def render_pr_comment(
             check_run_url=check_run_url,
             app_slug=app_slug,
             notice=s.notice,
+            run_url=s.run_url,
         )
     where = (
         f"the [check runs]({check_run_url})" if check_run_url else "the paritybot check runs of this commit"
@@ -135,7 +147,9 @@ def render_pr_comment(
     for s in sections:
         if s.stage == Stage.DONE and s.report is None:
             raise ValueError("a finished run's comment needs its report")
-        head = _comment_head(s.report, s.stage, s.queue_position, check_run_url, s.notice)
+        head = _with_run_link(
+            _comment_head(s.report, s.stage, s.queue_position, check_run_url, s.notice), s.run_url
+        )
         parts = (
             comment_parts(s.report, where) if s.report is not None and s.stage != Stage.CONFIG_ERROR else []
         )

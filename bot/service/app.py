@@ -38,6 +38,8 @@ from bot.service.operators import OperatorAccess, OperatorPages
 from bot.service.pages import add_static_routes
 from bot.service.publisher.publisher import Publisher, reporter_for
 from bot.service.reconciler import Reconciler
+from bot.service.run_page.live import LogWake, listen_for_logs
+from bot.service.run_page.routes import Gate, add_run_page
 from bot.service.scheduler import Scheduler
 from bot.service.settings import Settings
 from bot.service.setup import SetupPages
@@ -120,8 +122,14 @@ class Service:
     supervisor: Supervisor
     instance: Instance
     fleet: FleetLoops | None = None  # several hosts: what the service does for the agents
+    log_wake: LogWake | None = None  # wakes the run pages' live logs
+    log_listener: asyncio.Task[None] | None = None  # several hosts: LISTEN for the agents' log lines
 
     async def stop(self) -> None:
+        if self.log_listener is not None:
+            self.log_listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.log_listener
         await self.dispatcher.stop()
         await self.reconciler.stop()
         await self.publisher.stop()
@@ -151,10 +159,14 @@ def recover_at_startup(store: EmbeddedQueue, settings: Settings) -> None:
         log.info("workspaces of dead runs removed", count=removed)
 
 
-async def build_service(settings: Settings, *, runner: RunnerFactory | None = None) -> Service:
+async def build_service(
+    settings: Settings, *, runner: RunnerFactory | None = None, gate: Gate | None = None
+) -> Service:
+    """Everything `serve` runs; ``gate`` decides who sees a private repository's run pages
+    (:mod:`bot.service.run_page.routes`; None: the viewers' sign-in, :mod:`bot.service.viewers`)."""
     settings.require_serving()
     if settings.is_postgres:
-        return await _build(settings, *await _fleet_parts(settings))
+        return await _build(settings, *await _fleet_parts(settings), gate=gate)
     store = SQLiteStore(settings.sqlite_path)
     instance = Instance(store, "serve", settings.heartbeat_s, settings.stalled_after_s)
     await asyncio.to_thread(instance.register)
@@ -163,11 +175,12 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
     locks = PrLocks()
-    publisher = Publisher(store, app, locks)
+    publisher = Publisher(store, app, locks, public_url=settings.public_url)
     reconciler = Reconciler(
         publisher,
         interval_s=settings.reconcile_interval_s,
         take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
+        log_retention=_retention(settings),
     )
     executor = RunExecutor(
         store,
@@ -184,7 +197,14 @@ async def build_service(settings: Settings, *, runner: RunnerFactory | None = No
         heartbeat_s=settings.heartbeat_s,
         publish=publisher.publish,
     )
-    return await _build(settings, store, locks, session, app, publisher, reconciler, workers, None, instance)
+    return await _build(
+        settings, store, locks, session, app, publisher, reconciler, workers, None, instance, gate=gate
+    )
+
+
+def _retention(settings: Settings) -> timedelta:
+    """How long the run pages' logs are kept (the reconciler's pass removes older ones)."""
+    return timedelta(days=settings.log_retention_days)
 
 
 def _github_app(settings: Settings, session: aiohttp.ClientSession) -> GitHubApp:
@@ -220,9 +240,15 @@ async def _fleet_parts(
     session = aiohttp.ClientSession()
     app = _github_app(settings, session)
     publisher = Publisher(
-        store, app, locks, exclusive=lambda run_id: locks.try_hold(f"paritybot:report:{run_id}")
+        store,
+        app,
+        locks,
+        exclusive=lambda run_id: locks.try_hold(f"paritybot:report:{run_id}"),
+        public_url=settings.public_url,
     )
-    reconciler = Reconciler(publisher, interval_s=settings.reconcile_interval_s)
+    reconciler = Reconciler(
+        publisher, interval_s=settings.reconcile_interval_s, log_retention=_retention(settings)
+    )
     fleet = FleetLoops(
         store,
         app,
@@ -247,6 +273,8 @@ async def _build(
     workers: WorkerPool | None,
     fleet: FleetLoops | None,
     instance: Instance,
+    *,
+    gate: Gate | None,
 ) -> Service:
     assert settings.webhook_secret is not None  # require_serving() checked it
     # Wakes the dispatcher when a new delivery is committed (several replicas: by any of them).
@@ -257,7 +285,11 @@ async def _build(
         gh = await app.client(installation) if installation is not None else None
         # What handlers say themselves: replies, a command's acknowledgement, a PR's notice with no
         # run (a bad config, awaiting approval). A run's state is the publisher's alone.
-        reporter = await reporter_for(app, store, locks, installation) if installation is not None else None
+        reporter = (
+            await reporter_for(app, store, locks, installation, public_url=settings.public_url)
+            if installation is not None
+            else None
+        )
         return HandlerContext(
             gh=gh,
             store=store,
@@ -292,9 +324,13 @@ async def _build(
     )
     add_static_routes(web_app.router)
     # Who may see a repository's pages; the pages ask it (GATE_KEY) before they answer.
-    gate = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
-    web_app[GATE_KEY] = gate
-    gate.add_routes(web_app.router)
+    viewers = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
+    web_app[GATE_KEY] = viewers
+    viewers.add_routes(web_app.router)
+    wake = add_run_page(web_app, store, gate=gate or viewers, public_url=settings.public_url)
+    wake.bind(asyncio.get_running_loop())
+    if isinstance(store, SQLiteStore):
+        store.on_log = wake.notify  # one machine: the workers write the logs in this process
     return Service(
         settings,
         store,
@@ -308,6 +344,7 @@ async def _build(
         supervisor,
         instance,
         fleet,
+        log_wake=wake,
     )
 
 
@@ -319,6 +356,10 @@ async def start_service(service: Service) -> None:
         service.workers.start(service.supervisor)
     if service.fleet is not None:
         service.fleet.start(service.supervisor)
+        if service.log_wake is not None:
+            # The agents' log lines come through PostgreSQL: LISTEN wakes the live pages.
+            listen = partial(listen_for_logs, service.settings.database_url, service.log_wake)
+            service.log_listener = service.supervisor.keep("run-log listener", listen)
     service.dispatcher.start(service.supervisor)
 
 

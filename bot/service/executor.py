@@ -22,8 +22,10 @@ from bot.core.config import RepoConfig
 from bot.core.models import EnvFacts, RunReport, RunState
 from bot.service.github import GitHubApp
 from bot.service.publisher.publisher import Publisher
+from bot.service.run_log import RunLogRecorder
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
+from bot.service.store.run_logs import RunLogStore
 from bot.service.test_history import StoreHistory
 from runner.backends.base import ProcessLedger, RunnerFactory, StepProcess
 from runner.checks.attribution import TestHistory
@@ -84,6 +86,7 @@ class RunExecutor:
             progress=early,
             processes=StoreLedger(self.store, job.id, job.attempts),
             history=StoreHistory(self.store, job.repo, job.environment, job.pr_number),
+            log_store=self.store,
         )
 
 
@@ -99,15 +102,18 @@ async def run_pipeline(
     progress: Callable[[RunReport], Awaitable[None]] | None = None,
     processes: ProcessLedger | None = None,
     history: TestHistory | None = None,
+    log_store: RunLogStore | None = None,
 ) -> RunReport:
     """Run one attempt of a job's pipeline, in a workspace of its own; ``cancel`` stops it (and its
-    container) and ends it cancelled."""
+    container) and ends it cancelled. With ``log_store``, each step's output goes there as it comes
+    (the run page)."""
     config = job.request.config or RepoConfig()
     environment = config.environment(job.environment)
     if environment is None:
         return job.report_without_results(
             RunState.FAILED, f"environment `{job.environment}` is no longer in the config"
         )
+    recorder = None if log_store is None else RunLogRecorder(log_store, job.id, job.attempts, (token or "",))
     deps = PipelineDeps(
         runner_factory=runner_factory,
         workspace_root=workspace_root,
@@ -118,8 +124,15 @@ async def run_pipeline(
         progress=progress,
         processes=processes,
         history=history,
+        step_log=recorder,
     )
     pipeline = Pipeline(job.request, config, environment, job.id, deps)
+    async with recorder.flushing() if recorder is not None else contextlib.nullcontext():
+        return await _until_done(pipeline, cancel)
+
+
+async def _until_done(pipeline: Pipeline, cancel: asyncio.Event) -> RunReport:
+    """The pipeline's report; ``cancel`` set first cancels it (its container stopped) and it ends cancelled."""
     run = asyncio.create_task(pipeline.execute())
     stop = asyncio.create_task(cancel.wait())
     try:

@@ -14,7 +14,8 @@ The reconciler runs at start-up and then every ``interval_s``. Each pass:
    several hosts the stalled-job reaper does that instead, at the agents' heartbeat pace
    (:mod:`bot.service.fleet.reaper`);
 2. has the publisher publish every run left to publish (due, or not announced);
-3. has it give every queued or running job the check runs it lacks (a creation that failed).
+3. has it give every queued or running job the check runs it lacks (a creation that failed);
+4. removes the run pages' logs older than ``log_retention`` (``PARITYBOT_LOG_RETENTION_DAYS``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
@@ -36,10 +38,18 @@ with ``stale_after_s``; several hosts have none here, the reaper does it (bot.se
 
 
 class Reconciler:
-    def __init__(self, publisher: Publisher, *, interval_s: float = 60.0, take_back: TakeBack | None = None):
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        interval_s: float = 60.0,
+        take_back: TakeBack | None = None,
+        log_retention: timedelta | None = None,
+    ):
         self.publisher = publisher
         self.interval_s = interval_s
         self.take_back = take_back
+        self.log_retention = log_retention
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.passes = 0  # completed passes, for tests and logs
@@ -51,6 +61,11 @@ class Reconciler:
                 log.warning("runs of silent workers taken back", requeued=requeued, failed=failed)
         await self.publisher.publish_pending()
         await self.publisher.publish_missing()
+        if self.log_retention is not None:
+            before = datetime.now(UTC) - self.log_retention
+            purged = await asyncio.to_thread(self.publisher.store.purge_logs, before)
+            if purged:
+                log.info("run logs past their retention removed", events=purged)
         self.passes += 1
 
     def wake(self) -> None:

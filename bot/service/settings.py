@@ -64,11 +64,6 @@ class Settings(BaseSettings):
     github_url: str = Field(
         "https://github.com", description="GitHub's web address, where viewers sign in (GHES: https://HOST)"
     )
-    public_url: str | None = Field(
-        None,
-        description="where browsers reach this service (https://paritybot.example.org): the sign-in's "
-        "callback and the set-up page's App are made from it",
-    )
     app_manifest: Path = Field(
         Path("deploy/app-manifest.yml"), description="the App's manifest the set-up page registers"
     )
@@ -141,6 +136,19 @@ class Settings(BaseSettings):
     github_max_wait_s: float = Field(
         300.0, ge=0, le=86400, description="a longer rate limit fails the request; what is due is sent later"
     )
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="where browsers reach `serve` (https://paritybot.example.org): every check run's "
+        "Details link and the summary's link go to its run page there (unset, they are not sent); the "
+        "sign-in's callback and the set-up page's App are made from it",
+    )
+    log_retention_days: float = Field(
+        30.0,
+        gt=0,
+        le=3650,
+        description="a run's log is kept this long after its last line (docs/run-page.md)",
+    )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     stale_after_s: float | None = Field(None, description="renamed PARITYBOT_STALLED_AFTER_S")
@@ -185,7 +193,7 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("allow_host_runner", "default_image", mode="before")
+    @field_validator("allow_host_runner", "default_image", "public_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         # Compose passes `${X:-}` as an empty string for a setting left out of .env.

@@ -204,6 +204,9 @@ class RunnerRequest:
     """Values (the run's installation token) never to show in output, beside the service's own."""
     processes: ProcessLedger | None = None
     """Where the host runner records each step's process group (None: nowhere)."""
+    output: Callable[[str], None] | None = None
+    """Told each piece of a step's output as the step prints it, secrets hidden (the run page's
+    live log); may be called from a thread. None: nobody listens."""
 
 
 RunnerFactory = Callable[[RunnerRequest], Awaitable[Runner]]

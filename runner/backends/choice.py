@@ -209,7 +209,11 @@ async def choose_runner(
     log.info("runner chosen", run_id=request.run_id, kind=choice.kind, reason=choice.reason)
     if choice.kind == "host":
         return HostRunner(
-            reason=choice.reason, env=request.environment.env, redact=secrets, processes=request.processes
+            reason=choice.reason,
+            env=request.environment.env,
+            redact=secrets,
+            processes=request.processes,
+            on_output=request.output,
         )
     from runner.backends.docker import DockerRunner
 
@@ -222,6 +226,7 @@ async def choose_runner(
         reason=choice.reason,
         owns_client=True,
         owner=policy.owner,
+        on_output=request.output,
     )
 
 

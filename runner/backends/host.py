@@ -14,6 +14,7 @@ A step's ``network`` is not enforced here, and a store (``Step.store``) is a pla
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import signal
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,6 +56,7 @@ PASSED_THROUGH_PREFIXES = ("LC_",)
 
 # Set to a new value for each step: a process that left the step's process group (a server
 # started in a session of its own) still carries it, and is killed when the step ends.
+FOLLOW_S = 0.1  # how often a running step's output file is read for the live log
 STEP_MARKER = "STEP_MARK"
 
 
@@ -81,8 +84,10 @@ class HostRunner:
         redact: list[str] | tuple[str, ...] = (),
         store_root: Path | None = None,
         processes: ProcessLedger | None = None,
+        on_output: Callable[[str], None] | None = None,
     ):
         env = dict(env or {})
+        self._on_output = on_output
         # The tools the checks call (python, pytest, pre-commit) are the ones installed beside
         # paritybot, even when its virtual environment is not activated.
         env.setdefault("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -154,6 +159,7 @@ class HostRunner:
             proc = self._proc
             group = await self._record(proc.pid, step.name)
             timed_out = False
+            follow = asyncio.create_task(self._follow(output.fileno(), proc))
             try:
                 await asyncio.wait_for(proc.wait(), timeout=step.timeout_s)
             except TimeoutError:
@@ -168,6 +174,7 @@ class HostRunner:
                 raise
             finally:
                 self._proc = None
+                await follow
             # Whatever the step started in the background ends with it: its process group (the
             # leader is reaped, so the id names our group only while a member lives and no new
             # process has taken the id), and what left the group but still carries the step's mark.
@@ -193,6 +200,26 @@ class HostRunner:
             collected=collected,
             refused=refused,
         )
+
+    async def _follow(self, fd: int, proc: asyncio.subprocess.Process) -> None:
+        """Tell ``on_output`` what the step writes to its output file while it runs (every
+        FOLLOW_S), and the rest once it ended: the run page's live log."""
+        if self._on_output is None:
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        offset = 0
+        while True:
+            ended = proc.returncode is not None
+            while chunk := await asyncio.to_thread(os.pread, fd, 1 << 16, offset):
+                offset += len(chunk)
+                if text := decoder.decode(chunk):
+                    self._on_output(redact(text, self._secrets))
+            if ended:
+                if rest := decoder.decode(b"", final=True):
+                    self._on_output(redact(rest, self._secrets))
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), FOLLOW_S)
 
     async def _record(self, pgid: int, step: str) -> StepProcess | None:
         """Record the step's new process group (its leader started a session), so that a restart

@@ -38,6 +38,8 @@ _FEED_CHARS = 1 << 20
 # pytest's messages for collection problems (see _pytest/junitxml.py).
 _COLLECTION_MESSAGES = {"collection failure", "collection skipped"}
 MAX_MESSAGE_LINES = 15
+# The most of one failure's traceback a report keeps (the run page shows it whole up to this).
+TRACEBACK_MAX = 20_000
 _ERROR_LINE = re.compile(r"^E(\s+|$)")
 _LOCATION_LINE = re.compile(r"^\S[^:\s]*:\d+: \S")
 
@@ -53,6 +55,7 @@ class JUnitCase(BaseModel):
     outcome: TestOutcome
     duration_s: float = 0.0
     message: str = ""
+    traceback: str = ""  # the whole of pytest's report of the failure, up to TRACEBACK_MAX characters
     collection_error: bool = False
     line: int | None = None  # the test's definition line (1-based), as pytest's report names it
 
@@ -136,9 +139,20 @@ def _parse_case(element: ET.Element) -> JUnitCase:
         outcome=outcome,
         duration_s=duration,
         message=summarize_failure(attr, detail.text or "", own_file=own_file),
+        traceback=whole_traceback(detail.text or attr) if outcome != TestOutcome.SKIPPED else "",
         collection_error=outcome == TestOutcome.ERROR and attr in _COLLECTION_MESSAGES,
         line=_definition_line(element.get("line")),
     )
+
+
+def whole_traceback(text: str, limit: int = TRACEBACK_MAX) -> str:
+    """pytest's whole report of a failure for the run page; a huge one keeps its head and its
+    tail, where the error is, with the cut said."""
+    text = text.strip("\n")
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n… {len(text) - 2 * half} characters cut …\n{text[-half:]}"
 
 
 def _definition_line(text: str | None) -> int | None:

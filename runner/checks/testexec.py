@@ -369,6 +369,7 @@ def _to_result(case: JUnitCase) -> TestCaseResult:
         outcome=case.outcome,
         duration_s=case.duration_s,
         message=case.message,
+        traceback=case.traceback,
         collection_error=case.collection_error,
         line=case.line,
     )

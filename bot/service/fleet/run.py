@@ -14,12 +14,13 @@ from bot.service.instance import Instance
 from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.records import Job
+from bot.service.store.run_logs import RunLogStore
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import runner_factory
 from runner.backends.ownership import Owner
 
 
-def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
+def pipeline_runner(settings: Settings, runners: RunnerFactory, logs: RunLogStore | None = None) -> JobRunner:
     async def run(
         job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
     ) -> RunReport:
@@ -32,6 +33,7 @@ def pipeline_runner(settings: Settings, runners: RunnerFactory) -> JobRunner:
             workspace_root=settings.workspace_root,
             cache_root=settings.cache_root,
             progress=progress,
+            log_store=logs,
         )
 
     return run
@@ -62,7 +64,7 @@ async def run_agent(
     # of the other agents on this engine stay.
     await asyncio.to_thread(check_engine_at_startup, settings, instance)
     if job_runner is None:
-        runner = pipeline_runner(settings, runner_factory(service_policy(settings, instance.owner)))
+        runner = pipeline_runner(settings, runner_factory(service_policy(settings, instance.owner)), store)
     else:
         runner = job_runner(instance.owner)
     try:

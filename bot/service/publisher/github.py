@@ -30,6 +30,7 @@ from bot.render.comment import (
     render_comment,
     render_pr_comment,
 )
+from bot.render.run_page import run_page_url
 from bot.service.github import RetryPolicy, retrying
 from bot.service.locks import PrLocking
 from bot.service.store.protocol import Store
@@ -81,8 +82,10 @@ class GitHubReporter:
         *,
         app_id: int | None = None,
         retry: RetryPolicy | None = None,
+        public_url: str | None = None,
     ):
         self.gh = gh
+        self.public_url = public_url
         self.store = store
         self.locks = locks
         self.bot_login = bot_login
@@ -131,16 +134,30 @@ class GitHubReporter:
                 if job.check_run_sent.get(kind) == digest:
                     continue
                 known = job.check_runs.get(kind) or existing.get(job.external_id(kind))
-                check_id = await self._send(job.repo, job.head_sha, job.external_id(kind), known, out)
+                check_id = await self._send(
+                    job.repo, job.head_sha, job.external_id(kind), known, out, self.run_url(job.id)
+                )
                 if kind not in job.check_runs:
                     await asyncio.to_thread(self.store.set_check_runs, job.id, {kind: check_id})
                 await asyncio.to_thread(self.store.set_check_run_sent, job.id, kind, digest)
 
+    def run_url(self, job_id: str) -> str | None:
+        """The run's page, where its check runs' Details link goes; None without a public URL."""
+        return run_page_url(self.public_url, job_id)
+
     async def _send(
-        self, repo: str, head_sha: str, external_id: str, check_id: int | None, out: CheckRunOutput
+        self,
+        repo: str,
+        head_sha: str,
+        external_id: str,
+        check_id: int | None,
+        out: CheckRunOutput,
+        details_url: str | None = None,
     ) -> int:
         batches = annotation_batches(out.annotations)
         body = out.request_body(batches[0] if batches else None)
+        if details_url is not None:
+            body["details_url"] = details_url
         if check_id is None:
             check_id = await self._create(repo, head_sha, external_id, body)
         else:
@@ -252,7 +269,11 @@ class GitHubReporter:
             report = job.final_report(report)
         position = self.store.queue_position(job.id) if stage == Stage.QUEUED else None
         return CommentSection(
-            environment=job.environment, stage=stage, report=report, queue_position=position
+            environment=job.environment,
+            stage=stage,
+            report=report,
+            queue_position=position,
+            run_url=self.run_url(job.id),
         )
 
     async def _upsert(self, repo: str, pr_number: int, body: str, current_verdict: str | None) -> int:

@@ -72,11 +72,13 @@ class Publisher:
         reporter_factory: ReporterFactory | None = None,
         exclusive: Exclusive | None = None,
         poll_s: float = POLL_S,
+        public_url: str | None = None,
     ):
         self.store = store
         self.app = app
         self.locks = locks
         self.poll_s = poll_s
+        self.public_url = public_url  # the run pages' address: check runs and the summary link them
         self.feed = ChangeFeed(store)
         self._reporter_factory = reporter_factory
         self._exclusive = exclusive or _alone
@@ -113,7 +115,7 @@ class Publisher:
         installation = job.request.installation_id
         if self.app is None or installation is None or not reports:
             return None
-        return await reporter_for(self.app, self.store, self.locks, installation)
+        return await reporter_for(self.app, self.store, self.locks, installation, public_url=self.public_url)
 
     async def publish(self, run_id: str) -> bool:
         """Make GitHub show what the store holds of the run, now. True once it does; False when
@@ -265,7 +267,12 @@ class Publisher:
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
 
 
-async def reporter_for(app: GitHubApp, store: Store, locks: PrLocking, installation: int) -> GitHubReporter:
-    """The write side in one installation (the App's client for it)."""
+async def reporter_for(
+    app: GitHubApp, store: Store, locks: PrLocking, installation: int, *, public_url: str | None = None
+) -> GitHubReporter:
+    """The write side in one installation (the App's client for it); with ``public_url``, check
+    runs and the summary link each run's page."""
     gh = await app.client(installation)
-    return GitHubReporter(gh, store, locks, await app.bot_login(), app_id=app.app_id, retry=app.retry)
+    return GitHubReporter(
+        gh, store, locks, await app.bot_login(), app_id=app.app_id, retry=app.retry, public_url=public_url
+    )

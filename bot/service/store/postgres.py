@@ -28,6 +28,7 @@ from psycopg_pool import ConnectionPool
 
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.overview import Overview, read_overview
+from bot.service.store.postgres_logs import PostgresRunLogs
 from bot.service.store.postgres_schema import migrate, safe_url
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
@@ -77,7 +78,7 @@ def _lock_key(name: str) -> str:
     return f"paritybot:{name}"
 
 
-class PostgresStore:
+class PostgresStore(PostgresRunLogs):
     """:class:`bot.service.store.protocol.Store` on PostgreSQL, and what agents and the reaper need."""
 
     def __init__(

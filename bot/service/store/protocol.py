@@ -14,6 +14,7 @@ from typing import Protocol
 from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.overview import Overview
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, TestRunRecord
+from bot.service.store.run_logs import RunLogStore
 from runner.backends.base import StepProcess
 
 
@@ -22,7 +23,7 @@ class StoreError(Exception):
     the message says why in one line, and what to do."""
 
 
-class Store(Protocol):
+class Store(RunLogStore, Protocol):
     def close(self) -> None: ...
 
     # deliveries: committed before the 202, dispatched afterwards ---------------------------------

@@ -32,6 +32,7 @@ from bot.service.store.records import (
     commit_record,
     links_by_test,
 )
+from bot.service.store.sqlite_logs import SQLiteRunLogs
 from bot.service.store.sqlite_schema import migrate
 from runner.backends.base import StepProcess
 
@@ -79,7 +80,7 @@ def _delivery(row: sqlite3.Row) -> Delivery:
     )
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteRunLogs):
     """:class:`bot.service.store.protocol.Store` on one SQLite file."""
 
     def __init__(self, path: Path):
