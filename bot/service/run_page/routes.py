@@ -155,7 +155,11 @@ async def run_page(request: web.Request) -> web.StreamResponse:
 
 
 async def run_json(request: web.Request) -> web.StreamResponse:
-    job = await allowed_job(request, request.match_info["run_id"])
+    return await run_json_of(request, request.match_info["run_id"])
+
+
+async def run_json_of(request: web.Request, run_id: str) -> web.StreamResponse:
+    job = await allowed_job(request, run_id)
     if not isinstance(job, Job):
         return job
     record, _, _ = await _load(request, job)
@@ -163,6 +167,20 @@ async def run_json(request: web.Request) -> web.StreamResponse:
     response.headers.update(SAFE_HEADERS)
     response.enable_compression()
     return response
+
+
+async def pull_latest_json(request: web.Request) -> web.StreamResponse:
+    """The record of a pull request's latest run (what `paritybot repro owner/repo#N` reads), behind
+    the same gate as the run itself."""
+    repo = f"{request.match_info['owner']}/{request.match_info['repo']}"
+    try:
+        number = int(request.match_info["number"])
+    except ValueError:
+        return not_found()
+    jobs = await asyncio.to_thread(request.app[STORE].jobs_for_pr, repo, number)
+    if not jobs:
+        return not_found()
+    return await run_json_of(request, jobs[-1].id)
 
 
 async def step_lines(request: web.Request) -> web.StreamResponse:
@@ -209,5 +227,6 @@ def add_run_page(
     app.router.add_get("/runs/{run_id}/events", run_events)
     app.router.add_get("/runs/{run_id}/steps/{step}/lines", step_lines)
     app.router.add_get("/runs/{run_id}", run_page)
+    app.router.add_get("/repos/{owner}/{repo}/pulls/{number}/latest.json", pull_latest_json)
     app.router.add_static(STATIC_PREFIX, static_root())
     return app[WAKE]

@@ -1,0 +1,263 @@
+"""`paritybot repro RUN`: a run's record from the run page's server, the run's image, commit and
+set-up, the failing test rerun, a shell in that container; nothing left when the user leaves.
+
+The runs are real records in a real store served by the run page's routes; the image is the local
+test image (by id: it has no registry digest), the repository a real git repository.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pexpect
+import pytest
+from aiohttp import web
+from cli_run import CLI, cli_env
+from docker_support import docker_client, test_image
+from run_page_support import page_server
+
+from bot.cli.checkout import UsageError
+from bot.cli.repro_record import parse_record, record_url
+from bot.core.config import Environment, RepoConfig, TestSettings
+from bot.core.models import (
+    CheckStatus,
+    EnvFacts,
+    RunReport,
+    RunRequest,
+    RunState,
+    TestCaseResult,
+    TestOutcome,
+    TestsResult,
+)
+from bot.service.store.sqlite import SQLiteStore
+
+__all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
+
+REPO = "octo/calc"
+NODEID = "tests/test_calc.py::test_add"
+ERROR = "E       assert 3 == 4"
+GOOD_TOKEN = "ghu_viewer"
+
+
+def _git(repo: Path, *args: str) -> str:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    done = subprocess.run(
+        ["git", "-C", str(repo), *identity, *args], check=True, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> dict[str, str]:
+    """A repository whose head breaks ``add`` (its test fails) and whose base is fine."""
+    repo = tmp_path / "calc"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b + 1\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 4\n"
+    )
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base: add is right")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    _git(repo, "commit", "-qam", "head: add drops one")
+    head = _git(repo, "rev-parse", "HEAD")
+    return {"path": str(repo), "head": head, "base": base}
+
+
+def _record_job(
+    store: SQLiteStore, project: dict[str, str], image_ref: str, *, sha: str, private: bool
+) -> str:
+    env = Environment(
+        name="cpu",
+        image="paritybot-test/python:bookworm",
+        gpus="none",
+        env={"CALC_MODE": "strict"},
+        setup=["true"],
+    )
+    request = RunRequest(
+        repo=REPO,
+        clone_url=project["path"],
+        private=private,
+        pr_number=7,
+        head_sha=sha,
+        head_ref="feature",
+        base_ref="main",
+        base_sha=project["base"],
+        trigger="pull request opened",
+        config=RepoConfig(environments=[env], tests=TestSettings(pytest_args=["-p", "no:cacheprovider"])),
+    )
+    job = store.enqueue(request, "cpu", f"key-{sha}-{private}")
+    assert job is not None and store.claim() is not None
+    failed = TestCaseResult(nodeid=NODEID, outcome=TestOutcome.FAILED, message=ERROR, traceback=ERROR)
+    report = RunReport(
+        run_id=job.id,
+        repo=REPO,
+        pr_number=7,
+        head_sha=sha,
+        image=env.image,
+        image_ref=image_ref,
+        image_digest=image_ref,
+        runner="docker",
+        state=RunState.SUCCEEDED,
+        probe=EnvFacts(source="probe", python="3.9.0"),
+        tests=TestsResult(status=CheckStatus.FAILED, results=[failed]),
+    )
+    store.finish(job.id, RunState.SUCCEEDED, report, None)
+    return job.id
+
+
+async def _token_gate(request: web.Request, repository: str) -> web.StreamResponse | None:
+    """A service that shows a private repository's runs to a viewer with the right token."""
+    if request.headers.get("Authorization") == f"Bearer {GOOD_TOKEN}":
+        return None
+    return web.Response(status=404, text="no such run")
+
+
+@pytest.fixture
+async def served(
+    tmp_path: Path, project: dict[str, str], test_image: str, docker_client: docker.DockerClient
+):
+    store = SQLiteStore(tmp_path / "store.db")
+    image_id = docker_client.images.get(test_image).id
+    ids = {
+        "failing": _record_job(store, project, image_id, sha=project["head"], private=False),
+        "fixed": _record_job(store, project, image_id, sha=project["base"], private=False),
+        "private": _record_job(store, project, image_id, sha=project["head"], private=True),
+    }
+    async with page_server(store, gate=_token_gate) as url:
+        yield url, ids
+    store.close()
+
+
+async def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "repro",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=cli_env(home) | (env or {}),
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode or 0, out.decode()
+
+
+def _ours(client: docker.DockerClient, run_id: str) -> list[str]:
+    prefix = f"repro-{run_id}-"
+    things = [
+        c.name
+        for c in client.containers.list(all=True)
+        if c.labels.get("paritybot.run_id", "").startswith(prefix)
+    ]
+    things += [
+        v.name
+        for v in client.volumes.list()
+        if (v.attrs.get("Labels") or {}).get("paritybot.run_id", "").startswith(prefix)
+    ]
+    return things
+
+
+@pytest.mark.docker
+async def test_the_failing_test_of_a_run_is_reproduced_in_its_image_and_nothing_is_left(
+    served, tmp_path, docker_client
+):
+    url, ids = served
+    code, out = await _cli(tmp_path, f"{url}/runs/{ids['failing']}", "--rerun-only")
+    assert code == 0, out
+    assert f"run {ids['failing']} of {REPO} PR #7" in out
+    assert "parity between the run and here:" in out and "3.9.0" in out
+    assert ERROR in out and "1 failed" in out
+    assert "reproduced: the same failure (assert 3 == 4)" in out
+    assert _ours(docker_client, ids["failing"]) == []
+    assert not any((tmp_path / "cache").glob("paritybot/repro/workspaces/*"))
+
+
+@pytest.mark.docker
+async def test_a_test_that_passes_here_says_what_differs_from_the_run(served, tmp_path):
+    url, ids = served
+    code, out = await _cli(tmp_path, f"{url}/runs/{ids['fixed']}.json", "--rerun-only")
+    assert code == 1, out
+    assert (
+        "did not reproduce: it passed here; what differs from the run: Python: the run 3.9.0, here 3.11"
+        in out
+    )
+
+
+@pytest.mark.docker
+async def test_a_pull_requests_latest_run_is_found_through_the_server(served, tmp_path):
+    url, ids = served
+    code, out = await _cli(
+        tmp_path, f"{REPO}#7", "--rerun-only", env={"PARITYBOT_SERVER": url, "GITHUB_TOKEN": GOOD_TOKEN}
+    )
+    assert f"run {ids['private']} of {REPO}" in out, out  # the latest of the PR's runs
+    assert code == 0 and "reproduced: the same failure" in out
+
+
+async def test_a_private_repositorys_run_is_refused_without_a_token(served, tmp_path):
+    url, ids = served
+    code, out = await _cli(tmp_path, f"{url}/runs/{ids['private']}", "--rerun-only")
+    assert code == 2
+    assert "a private repository's run (HTTP 404)" in out and "--token-file FILE or GITHUB_TOKEN" in out
+    wrong = tmp_path / "token"
+    wrong.write_text("ghu_someone_else\n")
+    code, out = await _cli(
+        tmp_path, f"{url}/runs/{ids['private']}", "--rerun-only", "--token-file", str(wrong)
+    )
+    assert code == 2 and "your GitHub token may not read its repository" in out
+
+
+def test_a_record_of_a_newer_schema_is_refused_and_a_bad_run_named():
+    with pytest.raises(
+        UsageError, match=r"schema version is 2, newer than this paritybot reads \(1\); upgrade"
+    ):
+        parse_record(
+            json.dumps({"schema_version": 2, "id": "x"}).encode(), "http://s/runs/x.json", token_sent=True
+        )
+    with pytest.raises(UsageError, match="not a run: give a run page URL"):
+        record_url("hello", None)
+    with pytest.raises(UsageError, match="--server URL or PARITYBOT_SERVER"):
+        record_url("https://github.com/octo/calc/pull/7", None)
+    assert record_url("https://github.com/octo/calc/pull/7/files", "http://s/") == (
+        "http://s/repos/octo/calc/pulls/7/latest.json"
+    )
+    assert record_url("https://ci.example/p/runs/abc?x=1", None) == "https://ci.example/p/runs/abc.json"
+
+
+@pytest.mark.docker
+async def test_the_shell_is_in_the_container_at_the_head_with_the_test_in_its_history(
+    served, tmp_path, project, docker_client
+):
+    url, ids = served
+    env = cli_env(tmp_path)
+    child = await asyncio.to_thread(
+        pexpect.spawn,
+        CLI[0],
+        [*CLI[1:], "repro", f"{url}/runs/{ids['failing']}"],
+        env=env,
+        encoding="utf-8",
+        timeout=180,
+        dimensions=(40, 200),
+    )
+    child.logfile_read = sys.stdout
+    try:
+        await asyncio.to_thread(child.expect, r"\(repro " + project["head"][:12] + r"\) ")
+        child.send("\x1b[A")  # up-arrow: the test's command, from the history
+        child.send("\r")
+        await asyncio.to_thread(child.expect, "assert 3 == 4")
+        await asyncio.to_thread(child.expect, "1 failed")
+        child.sendline("git rev-parse HEAD; id -u; head -1 /etc/os-release")
+        await asyncio.to_thread(child.expect, project["head"])
+        await asyncio.to_thread(child.expect, "Debian")
+        child.sendline("exit")
+        await asyncio.to_thread(child.expect, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert _ours(docker_client, ids["failing"]) == []
