@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
+import signal
 import sys
 from pathlib import Path
 
@@ -19,98 +19,20 @@ import pytest
 from aiohttp import web
 from cli_run import CLI, cli_env
 from docker_support import docker_client, test_image
+from repro_support import ERROR, GOOD_TOKEN, REPO, make_project, record_job
 from run_page_support import page_server
 
 from bot.cli.checkout import UsageError
 from bot.cli.repro_record import parse_record, record_url
-from bot.core.config import Environment, RepoConfig, TestSettings
-from bot.core.models import (
-    CheckStatus,
-    EnvFacts,
-    RunReport,
-    RunRequest,
-    RunState,
-    TestCaseResult,
-    TestOutcome,
-    TestsResult,
-)
 from bot.service.store.sqlite import SQLiteStore
+from runner.backends.docker_engine import LABEL_RUN_ID
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
-
-REPO = "octo/calc"
-NODEID = "tests/test_calc.py::test_add"
-ERROR = "E       assert 3 == 4"
-GOOD_TOKEN = "ghu_viewer"
-
-
-def _git(repo: Path, *args: str) -> str:
-    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
-    done = subprocess.run(
-        ["git", "-C", str(repo), *identity, *args], check=True, capture_output=True, text=True
-    )
-    return done.stdout.strip()
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> dict[str, str]:
-    """A repository whose head breaks ``add`` (its test fails) and whose base is fine."""
-    repo = tmp_path / "calc"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "calc.py").write_text("def add(a, b):\n    return a + b + 1\n")
-    (repo / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 4\n"
-    )
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base: add is right")
-    base = _git(repo, "rev-parse", "HEAD")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    _git(repo, "commit", "-qam", "head: add drops one")
-    head = _git(repo, "rev-parse", "HEAD")
-    return {"path": str(repo), "head": head, "base": base}
-
-
-def _record_job(
-    store: SQLiteStore, project: dict[str, str], image_ref: str, *, sha: str, private: bool
-) -> str:
-    env = Environment(
-        name="cpu",
-        image="paritybot-test/python:bookworm",
-        gpus="none",
-        env={"CALC_MODE": "strict"},
-        setup=["true"],
-    )
-    request = RunRequest(
-        repo=REPO,
-        clone_url=project["path"],
-        private=private,
-        pr_number=7,
-        head_sha=sha,
-        head_ref="feature",
-        base_ref="main",
-        base_sha=project["base"],
-        trigger="pull request opened",
-        config=RepoConfig(environments=[env], tests=TestSettings(pytest_args=["-p", "no:cacheprovider"])),
-    )
-    job = store.enqueue(request, "cpu", f"key-{sha}-{private}")
-    assert job is not None and store.claim() is not None
-    failed = TestCaseResult(nodeid=NODEID, outcome=TestOutcome.FAILED, message=ERROR, traceback=ERROR)
-    report = RunReport(
-        run_id=job.id,
-        repo=REPO,
-        pr_number=7,
-        head_sha=sha,
-        image=env.image,
-        image_ref=image_ref,
-        image_digest=image_ref,
-        runner="docker",
-        state=RunState.SUCCEEDED,
-        probe=EnvFacts(source="probe", python="3.9.0"),
-        tests=TestsResult(status=CheckStatus.FAILED, results=[failed]),
-    )
-    store.finish(job.id, RunState.SUCCEEDED, report, None)
-    return job.id
+    return make_project(tmp_path)
 
 
 async def _token_gate(request: web.Request, repository: str) -> web.StreamResponse | None:
@@ -127,9 +49,9 @@ async def served(
     store = SQLiteStore(tmp_path / "store.db")
     image_id = docker_client.images.get(test_image).id
     ids = {
-        "failing": _record_job(store, project, image_id, sha=project["head"], private=False),
-        "fixed": _record_job(store, project, image_id, sha=project["base"], private=False),
-        "private": _record_job(store, project, image_id, sha=project["head"], private=True),
+        "failing": record_job(store, project, image_id, sha=project["head"], private=False),
+        "fixed": record_job(store, project, image_id, sha=project["base"], private=False),
+        "private": record_job(store, project, image_id, sha=project["head"], private=True),
     }
     async with page_server(store, gate=_token_gate) as url:
         yield url, ids
@@ -152,14 +74,12 @@ async def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> tup
 def _ours(client: docker.DockerClient, run_id: str) -> list[str]:
     prefix = f"repro-{run_id}-"
     things = [
-        c.name
-        for c in client.containers.list(all=True)
-        if c.labels.get("paritybot.run_id", "").startswith(prefix)
+        c.name for c in client.containers.list(all=True) if c.labels.get(LABEL_RUN_ID, "").startswith(prefix)
     ]
     things += [
         v.name
         for v in client.volumes.list()
-        if (v.attrs.get("Labels") or {}).get("paritybot.run_id", "").startswith(prefix)
+        if (v.attrs.get("Labels") or {}).get(LABEL_RUN_ID, "").startswith(prefix)
     ]
     return things
 
@@ -261,3 +181,73 @@ async def test_the_shell_is_in_the_container_at_the_head_with_the_test_in_its_hi
         child.close(force=True)
     assert child.exitstatus == 0
     assert _ours(docker_client, ids["failing"]) == []
+
+
+async def test_without_a_container_engine_it_refuses_with_the_reason(served, tmp_path):
+    url, ids = served
+    code, out = await _cli(
+        tmp_path,
+        f"{url}/runs/{ids['failing']}",
+        "--rerun-only",
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
+    assert code == 2, out
+    assert "cannot reproduce here:" in out and "--runner host runs on this machine instead" in out
+
+
+async def test_the_host_runner_reproduces_in_a_clean_worktree_and_says_so_loudly(served, tmp_path):
+    url, ids = served
+    code, out = await _cli(
+        tmp_path,
+        f"{url}/runs/{ids['failing']}",
+        "--rerun-only",
+        "--runner",
+        "host",
+        "--python",
+        sys.executable,
+    )
+    assert code == 0, out
+    assert "the test runs ON THIS MACHINE, as you, without the run's container" in out
+    assert "reproduced: the same failure (assert 3 == 4)" in out
+    assert not any((tmp_path / "cache").glob("paritybot/repro/workspaces/*"))
+
+
+@pytest.mark.docker
+async def test_interrupted_in_the_shell_it_removes_what_it_started(served, tmp_path, project, docker_client):
+    url, ids = served
+    child = await asyncio.to_thread(
+        pexpect.spawn,
+        CLI[0],
+        [*CLI[1:], "repro", f"{url}/runs/{ids['failing']}"],
+        env=cli_env(tmp_path),
+        encoding="utf-8",
+        timeout=180,
+    )
+    try:
+        await asyncio.to_thread(child.expect, r"\(repro " + project["head"][:12] + r"\) ")
+        assert _ours(docker_client, ids["failing"]) != []  # the session's container and volume
+        child.kill(signal.SIGINT)  # the user interrupts paritybot itself, not the shell
+        await asyncio.to_thread(child.expect, "removed everything it started")
+        await asyncio.to_thread(child.expect, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert _ours(docker_client, ids["failing"]) == []
+
+
+@pytest.mark.docker
+def test_what_a_repro_left_is_listed_with_how_to_remove_it(docker_client, tmp_path):
+    from bot.cli.repro_session import leftovers
+    from runner.workspace import Workspace
+
+    volume = docker_client.volumes.create(labels={LABEL_RUN_ID: "repro-left-1"})
+    (tmp_path / "ws").mkdir()
+    try:
+        left = leftovers(
+            "repro-left-1", Workspace(path=tmp_path / "ws", head_sha="a" * 40, base_sha=None), None
+        )
+    finally:
+        volume.remove(force=True)
+    assert left == [
+        f"workspace {tmp_path / 'ws'} (rm -rf it)",
+        f"volume {volume.name} (docker volume rm {volume.name})",
+    ]

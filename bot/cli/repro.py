@@ -203,3 +203,5 @@ async def _clean_up(
         left = await asyncio.to_thread(leftovers, run_id, workspace, session)
         for line in left:
             say(f"repro: left behind: {line}")
+        if not left:
+            say("repro: removed everything it started (containers, volumes, the workspace)")

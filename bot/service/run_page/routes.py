@@ -1,5 +1,7 @@
 """The run page: ``/runs/<id>`` (HTML), ``/runs/<id>.json`` (the record), a step's hidden lines,
-and ``/runs/<id>/events`` (the live log, :mod:`bot.service.run_page.stream`).
+``/runs/<id>/events`` (the live log, :mod:`bot.service.run_page.stream`), and
+``/repos/<owner>/<repo>/pulls/<n>/latest.json`` (the record of a pull request's latest run, for
+`paritybot repro owner/repo#N`).
 
 Every answer about a run asks the gate first when its repository is private (or not known to be
 public): the gate gets the request and the repository's full name and returns None to allow, or
