@@ -65,7 +65,9 @@ async def main(runs: int) -> None:
                 print(f"run {i + 1}: {elapsed:.1f} s, exit code {code}")
                 times.append(elapsed)
         store.close()
-    print(f"red check to the failure reproduced: median {statistics.median(times):.1f} s of {runs} (goal: 120 s)")
+    print(
+        f"red check to the failure reproduced: median {statistics.median(times):.1f} s of {runs} (goal: 120 s)"
+    )
 
 
 if __name__ == "__main__":
