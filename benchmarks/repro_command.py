@@ -29,7 +29,11 @@ from docker_support import TEST_IMAGE  # noqa: E402
 from repro_support import make_project, record_job  # noqa: E402
 from run_page_support import page_server  # noqa: E402
 
+from bot.core.config import Environment  # noqa: E402
+from bot.core.models import EnvFacts  # noqa: E402
 from bot.service.store.sqlite import SQLiteStore  # noqa: E402
+from runner.backends.docker import DockerRunner  # noqa: E402
+from runner.probe.probe import parse_probe, probe_step  # noqa: E402
 
 
 async def one_run(url: str, home: Path) -> tuple[float, int, str]:
@@ -47,15 +51,26 @@ async def one_run(url: str, home: Path) -> tuple[float, int, str]:
     return time.monotonic() - started, proc.returncode or 0, out.decode()
 
 
+async def image_facts(image: str) -> EnvFacts:
+    """What the run's probe saw: the real probe in the image, as a run's first step."""
+    runner = DockerRunner(Environment(name="probe", image=image, gpus="none"), "repro-bench-probe")
+    try:
+        with tempfile.TemporaryDirectory() as empty:
+            return parse_probe(await runner.run(probe_step([]), Path(empty)))
+    finally:
+        await runner.close()
+
+
 async def main(runs: int) -> None:
     client = docker.from_env()
     image_id = client.images.get(TEST_IMAGE).id
     client.close()
+    facts = await image_facts(image_id)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         project = make_project(root)
         store = SQLiteStore(root / "store.db")
-        job = record_job(store, project, image_id, sha=project["head"], private=False)
+        job = record_job(store, project, image_id, sha=project["head"], private=False, probe=facts)
         async with page_server(store) as server:
             times = []
             for i in range(runs):

@@ -53,7 +53,13 @@ def make_project(tmp_path: Path) -> dict[str, str]:
 
 
 def record_job(
-    store: SQLiteStore, project: dict[str, str], image_ref: str, *, sha: str, private: bool
+    store: SQLiteStore,
+    project: dict[str, str],
+    image_ref: str,
+    *,
+    sha: str,
+    private: bool,
+    probe: EnvFacts | None = None,
 ) -> str:
     env = Environment(
         name="cpu",
@@ -87,7 +93,7 @@ def record_job(
         image_digest=image_ref,
         runner="docker",
         state=RunState.SUCCEEDED,
-        probe=EnvFacts(source="probe", python="3.9.0"),
+        probe=probe or EnvFacts(source="probe", python="3.9.0"),
         tests=TestsResult(status=CheckStatus.FAILED, results=[failed]),
     )
     store.finish(job.id, RunState.SUCCEEDED, report, None)
