@@ -23,7 +23,9 @@ from repro_support import ERROR, GOOD_TOKEN, REPO, make_project, record_job
 from run_page_support import page_server
 
 from bot.cli.checkout import UsageError
+from bot.cli.repro_outcome import gpu_warning, pull_hint
 from bot.cli.repro_record import parse_record, record_url
+from bot.core.models import EnvFacts
 from bot.service.store.sqlite import SQLiteStore
 from runner.backends.docker_engine import LABEL_RUN_ID
 
@@ -251,3 +253,54 @@ def test_what_a_repro_left_is_listed_with_how_to_remove_it(docker_client, tmp_pa
         f"workspace {tmp_path / 'ws'} (rm -rf it)",
         f"volume {volume.name} (docker volume rm {volume.name})",
     ]
+
+
+@pytest.mark.docker
+async def test_an_image_the_registry_cannot_give_is_said_with_what_to_do(tmp_path, project, docker_client):
+    store = SQLiteStore(tmp_path / "store.db")
+    gone = "registry.invalid/octo/ci@sha256:" + "d" * 64
+    job = record_job(store, project, gone, sha=project["head"], private=False)
+    async with page_server(store) as url:
+        code, out = await _cli(tmp_path, f"{url}/runs/{job}", "--rerun-only")
+    store.close()
+    assert code == 2, out
+    assert f"image {gone} is not on the container engine and could not be pulled" in out
+    assert "the registry registry.invalid cannot be reached from here" in out
+
+
+def test_fewer_or_other_gpus_here_than_the_run_had_are_warned_of():
+    run = EnvFacts(source="probe", gpu_models=["NVIDIA H100 80GB HBM3"] * 8)
+    assert "here the container sees 0 GPU(s)" in (gpu_warning("all", run, EnvFacts(source="probe")) or "")
+    assert "here the container sees 1 GPU(s)" in (
+        gpu_warning(2, run, EnvFacts(source="probe", gpu_models=["NVIDIA A100"])) or ""
+    )
+    other = gpu_warning("all", run, EnvFacts(source="probe", gpu_models=["NVIDIA A100"] * 8))
+    assert other is not None and "the run's GPUs were NVIDIA H100 80GB HBM3; here NVIDIA A100" in other
+    assert gpu_warning("all", run, run) is None
+    assert gpu_warning("none", run, None) is None
+
+
+def test_a_login_the_registry_asks_for_is_said():
+    message = (
+        "image ghcr.io/octo/ci@sha256:x is not on the container engine and could not be pulled: unauthorized"
+    )
+    assert pull_hint(message, "ghcr.io/octo/ci@sha256:x").endswith(
+        "the registry needs a login: `docker login ghcr.io`, then run this again"
+    )
+
+
+async def _open_gate(request: web.Request, repository: str) -> web.StreamResponse | None:
+    return None
+
+
+@pytest.mark.docker
+async def test_a_private_run_a_careless_service_shows_is_still_not_used_without_a_token(
+    tmp_path, project, test_image, docker_client
+):
+    store = SQLiteStore(tmp_path / "store.db")
+    job = record_job(store, project, test_image, sha=project["head"], private=True)
+    async with page_server(store, gate=_open_gate) as url:
+        code, out = await _cli(tmp_path, f"{url}/runs/{job}.json", "--rerun-only")
+    store.close()
+    assert code == 2, out
+    assert f"the run is of a private repository ({REPO}); give your GitHub token" in out
