@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,8 +22,8 @@ import pexpect
 import pytest
 from aiohttp import web
 from cli_run import CLI, cli_env
-from docker_support import docker_client, test_image
-from repro_support import ERROR, GOOD_TOKEN, REPO, make_project, record_job
+from docker_support import docker_client, test_image, unavailable
+from repro_support import ERROR, GOOD_TOKEN, NODEID, REPO, make_project, record_job
 from run_page_support import page_server
 
 from bot.cli.checkout import UsageError
@@ -304,3 +308,67 @@ async def test_a_private_run_a_careless_service_shows_is_still_not_used_without_
     store.close()
     assert code == 2, out
     assert f"the run is of a private repository ({REPO}); give your GitHub token" in out
+
+
+SSHD_IMAGE = os.environ.get("PARITYBOT_TEST_SSHD_IMAGE", "paritybot-test/python-sshd:bookworm")
+
+
+@pytest.fixture
+def sshd_image(docker_client: docker.DockerClient) -> str:
+    """The test image with openssh-server and an account for uid 1000 (scripts/build-test-image.sh)."""
+    try:
+        return str(docker_client.images.get(SSHD_IMAGE).id)
+    except docker.errors.ImageNotFound:
+        unavailable(f"image {SSHD_IMAGE} is not built; run scripts/build-test-image.sh")
+        raise
+
+
+@pytest.mark.docker
+async def test_over_ssh_the_test_fails_the_same_way_and_stopping_removes_everything(
+    tmp_path, project, sshd_image, docker_client
+):
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    store = SQLiteStore(tmp_path / "store.db")
+    job = record_job(store, project, sshd_image, sha=project["head"], private=False)
+    async with page_server(store) as url:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI,
+            "repro",
+            f"{url}/runs/{job}",
+            "--ssh",
+            "--key",
+            f"{key}.pub",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=cli_env(tmp_path),
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        seen = ""
+        while not (command := re.search(r"^ssh -p (\d+) .*$", seen, re.MULTILINE)):
+            line = await asyncio.wait_for(proc.stdout.readline(), 240)
+            assert line, seen
+            seen += line.decode()
+        assert "reproduced: the same failure" in seen
+        assert f"-i {key} " in command.group(0)
+        ssh = [*shlex.split(command.group(0))[:-1], "-o", "BatchMode=yes", shlex.split(command.group(0))[-1]]
+        rerun = await asyncio.to_thread(
+            subprocess.run,
+            [*ssh, f"git rev-parse HEAD && python -m pytest -p no:cacheprovider {NODEID}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert rerun.returncode == 1, rerun.stdout + rerun.stderr
+        assert (
+            project["head"] in rerun.stdout
+            and "E       assert 3 == 4" in rerun.stdout
+            and "1 failed" in rerun.stdout
+        )
+        proc.stdin.write(b"\n")  # the user stops it
+        rest, _ = await asyncio.wait_for(proc.communicate(), 120)
+    store.close()
+    assert proc.returncode == 0, seen + rest.decode()
+    assert "removed everything it started" in rest.decode()
+    assert _ours(docker_client, job) == []

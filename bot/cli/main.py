@@ -138,14 +138,18 @@ def _parser() -> argparse.ArgumentParser:
         "--shell", dest="mode", action="store_const", const="shell", help="a shell there (default)"
     )
     modes.add_argument(
-        "--ssh", dest="mode", action="store_const", const="ssh", help="sshd there, on a local port"
+        "--ssh",
+        dest="mode",
+        action="store_const",
+        const="ssh",
+        help="sshd there (the image's), reached on a 127.0.0.1 port with your key",
     )
     modes.add_argument(
         "--jupyter",
         dest="mode",
         action="store_const",
         const="jupyter",
-        help="JupyterLab there, on a local port",
+        help="JupyterLab there (not built yet: refused)",
     )
     modes.add_argument(
         "--rerun-only",

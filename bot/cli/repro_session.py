@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bot.cli.checkout import UsageError
 from bot.cli.repro_record import ReproRecord
+from bot.cli.repro_ssh import SshBridge, prepare_sshd, public_key, ssh_command
 from runner.backends.base import Runner, Step
 from runner.backends.docker import WORKSPACE_DIR, DockerRunner
 from runner.workspace import Workspace
@@ -29,13 +30,20 @@ Say = Callable[[str], None]
 
 
 class Session:
-    """What the user works in; :meth:`wait` returns when they leave, :meth:`close` removes it."""
+    """What the user works in; :meth:`wait` returns when they leave, :meth:`close` removes it.
 
-    def __init__(self, argv: list[str], cwd: Path | None, env: dict[str, str] | None, what: str):
+    ``argv``: the shell the user works in; None: the user works over a bridge (sshd) and leaves by
+    pressing Enter here (or Ctrl-C)."""
+
+    def __init__(self, argv: list[str] | None, cwd: Path | None, env: dict[str, str] | None, what: str):
         self.argv, self.cwd, self.env, self.what = argv, cwd, env, what
         self.container: str | None = None
+        self.bridge: SshBridge | None = None
 
     async def wait(self) -> int:
+        if self.argv is None:
+            await asyncio.to_thread(sys.stdin.readline)
+            return 0
         process = await asyncio.create_subprocess_exec(*self.argv, cwd=self.cwd, env=self.env)
         try:
             return await process.wait()
@@ -46,12 +54,16 @@ class Session:
             raise
 
     async def close(self) -> None:
-        """The container goes with the runner's volume (DockerRunner.close); nothing else is held."""
+        """The port is closed here; the container goes with the runner's volume (DockerRunner.close)."""
+        if self.bridge is not None:
+            await self.bridge.close()
 
 
 async def open_session(
     mode: str, runner: Runner, ws: Workspace, record: ReproRecord, nodeid: str, key: Path | None, say: Say
 ) -> Session:
+    if mode == "ssh" and isinstance(runner, DockerRunner):
+        return await _container_ssh(runner, ws, key, say)
     if mode != "shell":
         raise UsageError(f"--{mode} is not available in this paritybot; --shell is")
     if isinstance(runner, DockerRunner):
@@ -74,6 +86,24 @@ async def _container_shell(runner: DockerRunner, ws: Workspace, say: Say) -> Ses
     say(f"repro: a shell in container {container[:12]}; `exit` leaves and removes it")
     session = Session(argv, None, None, "shell")
     session.container = container
+    return session
+
+
+async def _container_ssh(runner: DockerRunner, ws: Workspace, key: Path | None, say: Say) -> Session:
+    docker_cli = shutil.which("docker")
+    if docker_cli is None:
+        raise UsageError("--ssh needs the docker command on PATH (docker exec); it is not there")
+    line, key_file = public_key(key, Path.home())
+    step = Step(name="session", argv=IDLE, env=dict(runner.info.env))
+    container = await runner.start_session(step, ws.path)
+    session = Session(None, None, None, "ssh")
+    session.container = container
+    login = await asyncio.to_thread(prepare_sshd, runner, container, line, dict(runner.info.env))
+    session.bridge = SshBridge(docker_cli, container)
+    port = await session.bridge.start()
+    say(f"repro: sshd in container {container[:12]}, for the key {key_file}, on 127.0.0.1:{port}:")
+    print(ssh_command(login, port, key_file), flush=True)
+    say("repro: press Enter here (or Ctrl-C) to stop it and remove the container")
     return session
 
 
