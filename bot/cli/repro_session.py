@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bot.cli.checkout import UsageError
 from bot.cli.repro_record import ReproRecord
-from bot.cli.repro_ssh import SshBridge, prepare_sshd, public_key, ssh_command
+from bot.cli.repro_ssh import ExecBridge, prepare_sshd, public_key, ssh_command, sshd_argv
 from runner.backends.base import Runner, Step
 from runner.backends.docker import WORKSPACE_DIR, DockerRunner
 from runner.workspace import Workspace
@@ -38,7 +38,7 @@ class Session:
     def __init__(self, argv: list[str] | None, cwd: Path | None, env: dict[str, str] | None, what: str):
         self.argv, self.cwd, self.env, self.what = argv, cwd, env, what
         self.container: str | None = None
-        self.bridge: SshBridge | None = None
+        self.bridge: ExecBridge | None = None
 
     async def wait(self) -> int:
         if self.argv is None:
@@ -99,7 +99,7 @@ async def _container_ssh(runner: DockerRunner, ws: Workspace, key: Path | None, 
     session = Session(None, None, None, "ssh")
     session.container = container
     login = await asyncio.to_thread(prepare_sshd, runner, container, line, dict(runner.info.env))
-    session.bridge = SshBridge(docker_cli, container)
+    session.bridge = ExecBridge(sshd_argv(docker_cli, container))
     port = await session.bridge.start()
     say(f"repro: sshd in container {container[:12]}, for the key {key_file}, on 127.0.0.1:{port}:")
     print(ssh_command(login, port, key_file), flush=True)

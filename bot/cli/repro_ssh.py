@@ -71,11 +71,16 @@ def profile() -> str:
     )
 
 
-class SshBridge:
-    """127.0.0.1:PORT → ``docker exec -i CONTAINER sshd -i``, one per connection."""
+def sshd_argv(docker_cli: str, container: str) -> list[str]:
+    return [docker_cli, "exec", "-i", container, "/usr/sbin/sshd", "-i", "-f", f"{SSH_DIR}/sshd_config"]
 
-    def __init__(self, docker_cli: str, container: str):
-        self.docker_cli, self.container = docker_cli, container
+
+class ExecBridge:
+    """127.0.0.1:PORT → a new ``argv`` (a ``docker exec -i`` into the container) per connection,
+    its stdin and stdout the connection's two directions."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
         self.server: asyncio.Server | None = None
         self._sessions: set[asyncio.subprocess.Process] = set()
 
@@ -84,18 +89,8 @@ class SshBridge:
         return int(self.server.sockets[0].getsockname()[1])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        argv = [
-            self.docker_cli,
-            "exec",
-            "-i",
-            self.container,
-            "/usr/sbin/sshd",
-            "-i",
-            "-f",
-            f"{SSH_DIR}/sshd_config",
-        ]
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            *self.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
