@@ -12,9 +12,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import docker
@@ -371,4 +373,72 @@ async def test_over_ssh_the_test_fails_the_same_way_and_stopping_removes_everyth
     store.close()
     assert proc.returncode == 0, seen + rest.decode()
     assert "removed everything it started" in rest.decode()
+    assert _ours(docker_client, job) == []
+
+
+@pytest.fixture(scope="session")
+def jupyter_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """JupyterLab's wheels for the test image's Python, downloaded once for the session (as
+    `repro --jupyter` does into the user's cache)."""
+    from bot.cli.repro_jupyter import wheelhouse
+
+    return wheelhouse(tmp_path_factory.mktemp("jupyter-wheels"), "3.11")
+
+
+@pytest.mark.docker
+async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_the_debugger(
+    tmp_path, project, test_image, docker_client, jupyter_wheels
+):
+    from browser_support import start_chromium
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    cached = tmp_path / "cache" / "paritybot" / "repro" / "jupyter-wheels" / "py3.11"
+    shutil.copytree(jupyter_wheels, cached)
+    store = SQLiteStore(tmp_path / "store.db")
+    job = record_job(store, project, test_image, sha=project["head"], private=False)
+    browser = start_chromium(tmp_path)
+    async with page_server(store) as url:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "repro", f"{url}/runs/{job}", "--jupyter",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=cli_env(tmp_path),
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stdin is not None
+        seen = ""
+        try:
+            while not (
+                lab := re.search(r"^http://127\.0\.0\.1:\d+/lab/tree/\S+\?token=\w+$", seen, re.MULTILINE)
+            ):
+                line = await asyncio.wait_for(proc.stdout.readline(), 400)
+                assert line, seen
+                seen += line.decode()
+            assert "reproduced: the same failure" in seen
+
+            def rerun_in_the_notebook() -> str:
+                browser.get(lab.group(0))
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and not browser.find_elements(
+                    By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content"
+                ):
+                    time.sleep(1)
+                editor = browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content")
+                editor.click()
+                ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+                while (
+                    time.monotonic() < deadline
+                    and "entering PDB" not in browser.find_element(By.TAG_NAME, "body").text
+                ):
+                    time.sleep(1)
+                return str(browser.find_element(By.TAG_NAME, "body").text)
+
+            page = await asyncio.to_thread(rerun_in_the_notebook)
+        finally:
+            browser.quit()
+        assert "assert 3 == 4" in page and "entering PDB" in page, page[-2000:]
+        proc.stdin.write(b"\n")
+        rest, _ = await asyncio.wait_for(proc.communicate(), 120)
+    store.close()
+    assert proc.returncode == 0, seen + rest.decode()
     assert _ours(docker_client, job) == []

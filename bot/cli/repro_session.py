@@ -1,5 +1,6 @@
 """The session `paritybot repro` opens after the rerun, in the run's container (or, with
-``--runner host``, in the workspace on this machine): an interactive shell for now.
+``--runner host``, in the workspace on this machine): an interactive shell, sshd
+(:mod:`bot.cli.repro_ssh`) or JupyterLab (:mod:`bot.cli.repro_jupyter`).
 
 The shell is ``docker exec`` into a container the runner started on the run's volume (the same
 image, user, variables, GPUs and limits as the test's step, no network), in the workspace, with the
@@ -16,7 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.cli.checkout import UsageError
+from bot.cli.checkout import UsageError, cache_root
+from bot.cli.repro_jupyter import lab_url, relay_argv, start_jupyter
 from bot.cli.repro_record import ReproRecord
 from bot.cli.repro_ssh import ExecBridge, prepare_sshd, public_key, ssh_command, sshd_argv
 from runner.backends.base import Runner, Step
@@ -64,6 +66,8 @@ async def open_session(
 ) -> Session:
     if mode == "ssh" and isinstance(runner, DockerRunner):
         return await _container_ssh(runner, ws, key, say)
+    if mode == "jupyter" and isinstance(runner, DockerRunner):
+        return await _container_jupyter(runner, ws, record, nodeid, say)
     if mode != "shell":
         raise UsageError(f"--{mode} is not available in this paritybot; --shell is")
     if isinstance(runner, DockerRunner):
@@ -103,6 +107,31 @@ async def _container_ssh(runner: DockerRunner, ws: Workspace, key: Path | None, 
     port = await session.bridge.start()
     say(f"repro: sshd in container {container[:12]}, for the key {key_file}, on 127.0.0.1:{port}:")
     print(ssh_command(login, port, key_file), flush=True)
+    say("repro: press Enter here (or Ctrl-C) to stop it and remove the container")
+    return session
+
+
+async def _container_jupyter(
+    runner: DockerRunner, ws: Workspace, record: ReproRecord, nodeid: str, say: Say
+) -> Session:
+    docker_cli = shutil.which("docker")
+    if docker_cli is None:
+        raise UsageError("--jupyter needs the docker command on PATH (docker exec); it is not there")
+    step = Step(name="session", argv=IDLE, env=dict(runner.info.env))
+    container = await runner.start_session(step, ws.path)
+    session = Session(None, None, None, "jupyter")
+    session.container = container
+    say(
+        "repro: installing JupyterLab in the container, beside the project's environment (its wheels downloaded here once)"
+    )
+    cache = cache_root() / "repro" / "jupyter-wheels"
+    token = await asyncio.to_thread(start_jupyter, runner, container, cache, nodeid, record.pytest_args)
+    session.bridge = ExecBridge(relay_argv(docker_cli, container))
+    port = await session.bridge.start()
+    say(
+        f"repro: JupyterLab in container {container[:12]}, on 127.0.0.1:{port}; its notebook reruns the test:"
+    )
+    print(lab_url(port, token), flush=True)
     say("repro: press Enter here (or Ctrl-C) to stop it and remove the container")
     return session
 
