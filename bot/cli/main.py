@@ -149,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="mode",
         action="store_const",
         const="jupyter",
-        help="JupyterLab there (not built yet: refused)",
+        help="JupyterLab there, reached on a 127.0.0.1 port with a token",
     )
     modes.add_argument(
         "--rerun-only",
