@@ -442,3 +442,12 @@ async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_th
     store.close()
     assert proc.returncode == 0, seen + rest.decode()
     assert _ours(docker_client, job) == []
+
+
+async def test_ssh_and_jupyter_need_the_container_and_say_so_before_anything_runs(served, tmp_path):
+    url, ids = served
+    for mode in ("--ssh", "--jupyter"):
+        code, out = await _cli(tmp_path, f"{url}/runs/{ids['failing']}", mode, "--runner", "host")
+        assert code == 2, out
+        assert f"paritybot: {mode} needs the run's container; it cannot be used with --runner host" in out
+        assert "rerunning" not in out

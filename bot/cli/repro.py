@@ -90,12 +90,12 @@ async def repro_main(opts: ReproOptions, say: Say = _say) -> int:
     say(
         f"repro: run {record.id} of {record.repository}{pr} at {record.head_sha[:12]}, environment {environment.name}"
     )
+    if opts.mode in ("ssh", "jupyter") and opts.runner == "host":
+        raise UsageError(f"--{opts.mode} needs the run's container; it cannot be used with --runner host")
     if opts.runner == "host":
         say(
             "repro: --runner host: the test runs ON THIS MACHINE, as you, without the run's container or image"
         )
-    elif opts.mode in ("ssh", "jupyter") and opts.runner != "docker":
-        raise UsageError(f"--{opts.mode} needs a container; it cannot be used with --runner host")
     run_id = f"repro-{record.id}-{uuid.uuid4().hex[:6]}"
     factory = local_runners(opts.runner, opts.python)
     try:
