@@ -85,6 +85,10 @@ async def repro_main(opts: ReproOptions, say: Say = _say) -> int:
     """0: the failure was reproduced (or the session ended after it); 1: it was not; 2: could not try."""
     record = await asyncio.to_thread(fetch_record, record_url(opts.run, opts.server), opts.token)
     test = pick_test(record, opts.test)
+    if record.merged:
+        raise UsageError(
+            f"run {record.id} checked its head merged with its base; this paritybot reproduces heads only"
+        )
     environment = run_environment(record)
     pr = f" PR #{record.pr_number}" if record.pr_number else ""
     say(
@@ -134,12 +138,9 @@ async def _workspace(record: ReproRecord, run_id: str, token: str | None, say: S
         )
     except WorkspaceError as exc:
         raise UsageError(f"could not check out {record.head_sha[:12]} of {record.clone_url}: {exc}") from None
-    merged = (
-        "merged with its base"
-        if record.merged
-        else "the head as pushed, not merged with its base, as the run"
+    say(
+        f"repro: workspace {ws.path} at {record.head_sha[:12]} (the head as pushed, not merged with its base, as the run)"
     )
-    say(f"repro: workspace {ws.path} at {record.head_sha[:12]} ({merged})")
     return ws
 
 
