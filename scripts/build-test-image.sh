@@ -19,6 +19,7 @@ set -euo pipefail
 
 IMAGE="${PARITYBOT_TEST_IMAGE:-paritybot-test/python:bookworm}"
 BASE_IMAGE="paritybot-test/base:bookworm"
+SSHD_IMAGE="${PARITYBOT_TEST_SSHD_IMAGE:-paritybot-test/python-sshd:bookworm}"
 # What the runner's tests need; the deploy base (build-base-image.sh's default) adds ca-certificates.
 BASE_PACKAGES="python3,python3-venv,git"
 # Pinned so the tests can assert exactly what the probe must report from inside the image.
@@ -78,9 +79,29 @@ build_image() {
     fi
 }
 
+# Stage 3: the test image with openssh-server and an account for uid 1000, as CI images built for
+# interactive debugging have: `paritybot repro --ssh` is tested in it. Debian's package, from the
+# same mirror.
+build_sshd_image() {
+    local name="paritybot-test-sshd-build-$$"
+    say "apt-get install openssh-server -> $SSHD_IMAGE"
+    docker rm -f "$name" >/dev/null 2>&1 || true
+    if ! docker run --name "$name" --user 0 "$IMAGE" /bin/sh -ec \
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+         openssh-server >/dev/null && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
+         && useradd --uid 1000 --user-group --home-dir /paritybot/home --no-create-home --shell /bin/bash dev"; then
+        docker rm -f "$name" >/dev/null 2>&1 || true
+        say "installing openssh-server failed"
+        return 1
+    fi
+    docker commit --change 'USER root' "$name" "$SSHD_IMAGE" >/dev/null
+    docker rm "$name" >/dev/null
+}
+
 main() {
     if have_image "$IMAGE" && [ "$FORCE" -eq 0 ]; then
         say "$IMAGE already present"
+        have_image "$SSHD_IMAGE" || build_sshd_image
         return 0
     fi
     local started=$SECONDS force=()
@@ -88,7 +109,8 @@ main() {
     PARITYBOT_BASE_PACKAGES="$BASE_PACKAGES" "$(dirname "${BASH_SOURCE[0]}")/build-base-image.sh" \
         "${force[@]}" "$BASE_IMAGE"
     build_image
-    say "built $IMAGE in $((SECONDS - started))s"
+    build_sshd_image
+    say "built $IMAGE and $SSHD_IMAGE in $((SECONDS - started))s"
 }
 
 main

@@ -17,8 +17,9 @@ sudo=""
 need=()
 # docker-compose: the deploy tests render the compose files with compose itself, as the guide does.
 # chromium and its chromedriver: the browser tests drive a real headless browser (tests/browser_support.py).
+# ssh and ssh-keygen: `paritybot repro --ssh` is tested with a generated key and the ssh client.
 for tool in git:git dockerd:docker.io debootstrap:debootstrap docker-compose:docker-compose \
-    chromium:chromium chromedriver:chromium-driver; do
+    chromium:chromium chromedriver:chromium-driver ssh:openssh-client ssh-keygen:openssh-client; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # Debian's python3 comes without venv until python3-venv is installed.

@@ -157,6 +157,20 @@ def in_own_environment(factory: RunnerFactory, base: BaseInterpreter) -> RunnerF
     return make
 
 
+def local_runners(mode: RunnerMode, python: str | None = None) -> RunnerFactory:
+    """The runners of the local commands: said before anything runs, the host in its own environment."""
+    import os
+
+    from runner.backends.choice import runner_factory
+    from runner.backends.localenv import LocalEnvError, choose_base
+
+    try:
+        base = choose_base(python, os.environ)
+    except LocalEnvError as exc:
+        raise UsageError(str(exc)) from None
+    return in_own_environment(announcing(runner_factory(check_policy(mode))), base)
+
+
 async def run_local_check(
     repo: Path,
     *,

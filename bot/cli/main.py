@@ -126,6 +126,49 @@ def _parser() -> argparse.ArgumentParser:
     _config_option(pf)
     pf.add_argument("--json", action="store_true", help="print the comparisons as JSON")
 
+    r = sub.add_parser(
+        "repro", help="into a run's own environment (image, commit, GPUs), its failing test rerun"
+    )
+    r.add_argument(
+        "run", help="a run page URL, its JSON URL, a pull request URL or owner/repo#N (its latest run)"
+    )
+    r.add_argument("--test", help="the test to rerun (default: the run's first failing test)")
+    modes = r.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--shell", dest="mode", action="store_const", const="shell", help="a shell there (default)"
+    )
+    modes.add_argument(
+        "--ssh",
+        dest="mode",
+        action="store_const",
+        const="ssh",
+        help="sshd there (the image's), reached on a 127.0.0.1 port with your key",
+    )
+    modes.add_argument(
+        "--jupyter",
+        dest="mode",
+        action="store_const",
+        const="jupyter",
+        help="JupyterLab there, reached on a 127.0.0.1 port with a token",
+    )
+    modes.add_argument(
+        "--rerun-only",
+        dest="mode",
+        action="store_const",
+        const="none",
+        help="rerun the test and exit: 0 reproduced, 1 not",
+    )
+    r.add_argument(
+        "--runner",
+        choices=["docker", "host"],
+        default="docker",
+        help="docker: the run's image (default); host: this machine, with the project's interpreter",
+    )
+    r.add_argument("--python", help=PYTHON_HELP)
+    r.add_argument("--server", help="the paritybot service, for a pull request (default: PARITYBOT_SERVER)")
+    r.add_argument("--token-file", help="your GitHub token, for a private repository (default: GITHUB_TOKEN)")
+    r.add_argument("--key", type=Path, help="--ssh: your public key (default: ~/.ssh/*.pub)")
+
     t = sub.add_parser("select-tests", help="which tests a change can affect, and why")
     t.add_argument("--repo", default=".")
     t.add_argument("--base", required=True)
@@ -177,6 +220,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 as_json=args.json,
             )
         )
+    if args.command == "repro":
+        return _repro(args)
     if args.command == "env":
         from bot.cli.env import env_parse_main
 
@@ -233,17 +278,9 @@ def _fleet(args: argparse.Namespace) -> int:
 
 
 def _local_runners(mode: RunnerMode, python: str | None = None) -> RunnerFactory:
-    import os
+    from bot.cli.local_check import local_runners
 
-    from bot.cli.local_check import announcing, check_policy, in_own_environment
-    from runner.backends.choice import runner_factory
-    from runner.backends.localenv import LocalEnvError, choose_base
-
-    try:
-        base = choose_base(python, os.environ)
-    except LocalEnvError as exc:
-        raise UsageError(str(exc)) from None
-    return in_own_environment(announcing(runner_factory(check_policy(mode))), base)
+    return local_runners(mode, python)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -282,6 +319,25 @@ def _check(args: argparse.Namespace) -> int:
         print("demo: the sample change fails its checks, as intended", file=sys.stderr)
         return 0
     return code
+
+
+def _repro(args: argparse.Namespace) -> int:
+    import os
+
+    from bot.cli.repro import ReproOptions, repro_main
+    from bot.cli.repro_record import read_token
+
+    options = ReproOptions(
+        run=args.run,
+        test=args.test,
+        mode=args.mode or "shell",
+        runner=args.runner,
+        server=args.server or os.environ.get("PARITYBOT_SERVER"),
+        token=read_token(args.token_file, dict(os.environ)),
+        python=args.python,
+        key=args.key,
+    )
+    return asyncio.run(repro_main(options))
 
 
 def _coverage_map(args: argparse.Namespace) -> int:

@@ -111,6 +111,9 @@ class RunRecord(_Record):
     finished_at: datetime | None
     attempt: int
     environment: RecordEnvironment
+    pytest_args: list[str] = Field(
+        default_factory=list, description="the project's pytest options (tests.pytest_args)"
+    )
     steps: list[RecordStep]
     tests_status: CheckStatus | None
     failing_tests: list[RecordTest]
@@ -203,6 +206,7 @@ def run_record(meta: RunMeta, report: RunReport | None, steps: list[StepView], u
         finished_at=meta.finished_at,
         attempt=meta.attempts,
         environment=_environment(meta, report),
+        pytest_args=list(req.config.tests.pytest_args) if req.config else [],
         steps=[
             RecordStep(
                 index=s.index,

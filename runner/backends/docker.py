@@ -318,6 +318,19 @@ class DockerRunner:
             # The engine failed under us (restarted, disk full): the run cannot go on.
             raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
 
+    async def start_session(self, step: Step, workspace: Path) -> str:
+        """A container like ``step``'s, on the run's volume, left running for a person to work in
+        (``docker exec``; `paritybot repro`); ``step.argv`` must not end by itself. It is removed
+        with the run's volume when the runner closes. Returns the container's id."""
+        if self._image_id is None:
+            await self.prepare()
+        try:
+            container = await asyncio.to_thread(self._create, step, workspace)
+            await asyncio.to_thread(container.start)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
+        return str(container.id)
+
     def _create(self, step: Step, workspace: Path) -> Container:
         name = f"paritybot-{safe_name(self.run_id)}-{safe_name(step.name)}-{os.urandom(3).hex()}"
         if step.scratch:

@@ -1,5 +1,7 @@
 """The run page: ``/runs/<id>`` (HTML), ``/runs/<id>.json`` (the record), a step's hidden lines,
-and ``/runs/<id>/events`` (the live log, :mod:`bot.service.run_page.stream`).
+``/runs/<id>/events`` (the live log, :mod:`bot.service.run_page.stream`), and
+``/repos/<owner>/<repo>/pulls/<n>/latest.json`` (the record of a pull request's latest run, for
+`paritybot repro owner/repo#N`).
 
 Every answer about a run asks the gate first when its repository is private (or not known to be
 public): the gate gets the request and the repository's full name and returns None to allow, or
@@ -185,7 +187,11 @@ async def run_page(request: web.Request) -> web.StreamResponse:
 
 
 async def run_json(request: web.Request) -> web.StreamResponse:
-    job = await allowed_job(request, request.match_info["run_id"])
+    return await run_json_of(request, request.match_info["run_id"])
+
+
+async def run_json_of(request: web.Request, run_id: str) -> web.StreamResponse:
+    job = await allowed_job(request, run_id)
     if not isinstance(job, Job):
         return job
     record, _, _ = await _load(request, job)
@@ -193,6 +199,20 @@ async def run_json(request: web.Request) -> web.StreamResponse:
     response.headers.update(SAFE_HEADERS)
     response.enable_compression()
     return response
+
+
+async def pull_latest_json(request: web.Request) -> web.StreamResponse:
+    """The record of a pull request's latest run (what `paritybot repro owner/repo#N` reads), behind
+    the same gate as the run itself."""
+    repo = f"{request.match_info['owner']}/{request.match_info['repo']}"
+    try:
+        number = int(request.match_info["number"])
+    except ValueError:
+        return not_found()
+    jobs = await asyncio.to_thread(request.app[STORE].jobs_for_pr, repo, number)
+    if not jobs:
+        return not_found()
+    return await run_json_of(request, jobs[-1].id)
 
 
 async def step_lines(request: web.Request) -> web.StreamResponse:
@@ -239,6 +259,7 @@ def add_run_page(
     app.router.add_get("/runs/{run_id}/events", run_events)
     app.router.add_get("/runs/{run_id}/steps/{step}/lines", step_lines)
     app.router.add_get("/runs/{run_id}", run_page)
+    app.router.add_get("/repos/{owner}/{repo}/pulls/{number}/latest.json", pull_latest_json)
     app.router.add_static(STATIC_PREFIX, static_root())
 
     async def end_live_streams(_: web.Application) -> None:
