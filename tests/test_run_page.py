@@ -281,3 +281,16 @@ async def test_a_page_of_a_run_tried_again_follows_the_latest_attempt_without_re
     assert [(e, d["lines"][0]["n"], d["lines"][0]["s"]) for _, e, d in events] == [
         ("lines", 2, [["", "more"]])
     ]
+
+
+async def test_a_step_past_its_heads_cap_says_so_on_the_page_and_live(store):
+    run_id = running_job(store)
+    add_step(store, run_id, 0, "tests", "head line\n", None)
+    held = "the rest is kept as the last 1000000 characters, shown when the step ends"
+    store.append_log(run_id, 1, [NewLogEvent(step=0, kind=LogKind.HELD, text=held)])
+    async with page_server(store) as base, aiohttp.ClientSession() as session:
+        _, _, html = await get(f"{base}/runs/{run_id}")
+        assert f"printed more than its log's head keeps: {held}" in html
+        async with session.get(f"{base}/runs/{run_id}/events?after=0") as resp:
+            events = await read_events(resp, until="note")
+    assert [e for _, e, _ in events] == ["step", "lines", "note"] and events[-1][2]["text"] == held

@@ -45,7 +45,7 @@ environments:
     image: {image}
     gpus: none
     setup:
-      - 'echo "first line"; sleep 8; echo "printed in the container"; sleep 2'
+      - 'echo "first line"; sleep 12; echo "printed in the container"; sleep 2'
 checks:
   precommit: false
   docstrings: false
@@ -236,7 +236,7 @@ environments:
     gpus: none
     branches: ["main"]
     setup:
-      - 'echo "first line on the agent"; sleep 8; echo "printed in the agent container"; sleep 2'
+      - 'echo "first line on the agent"; sleep 12; echo "printed in the agent container"; sleep 2'
 checks:
   precommit: false
   docstrings: false
@@ -266,6 +266,8 @@ async def test_with_agents_a_line_printed_on_a_gpu_host_appears_on_the_services_
         await asyncio.to_thread(browser.get, url)
         await wait_for_text(browser, "first line on the agent", timeout=120)
         dom(browser, "window.stayed = true")
+        logs = str(dom(browser, "return document.getElementById('logs').textContent"))
+        assert "printed in the agent container" not in logs
         await wait_for_text(browser, "printed in the agent container", timeout=60)
         assert dom(browser, "return window.stayed === true")  # appended live, not by a reload
         jobs = await fleet.wait_settled(1, timeout=120)

@@ -2,7 +2,8 @@
 
 A run's log is a sequence of events: a step starts (``step``, its name), prints (``out``, a piece
 of its output, secrets already hidden), has part of its output cut by the caps (``cut``, saying how
-much), and ends (``end``, its state as JSON). The events come from paritybot, never from the
+much), and ends (``end``, its state as JSON); ``held`` says, while it runs, that its head is full and the rest
+waits in memory as its tail. The events come from paritybot, never from the
 step's output: a line of output that looks like a step header is only output. ``seq`` orders the
 events of every run in one store; the run page resumes a live log from the last one it saw.
 """
@@ -29,6 +30,7 @@ class LogKind(StrEnum):
     OUT = "out"
     CUT = "cut"
     END = "end"
+    HELD = "held"  # the step's head is full: what follows is kept as its tail, written when it ends
 
 
 class NewLogEvent(BaseModel):

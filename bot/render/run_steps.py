@@ -24,6 +24,7 @@ class StepView(BaseModel):
     output: str = Field("", exclude=True, description="the output kept, in order (head, then tail)")
     cut_chars: int = Field(0, description="characters of output the caps left out, between head and tail")
     cut_at: int | None = Field(None, exclude=True, description="where in ``output`` the cut is")
+    held: str = Field("", exclude=True, description="while it runs: why its output stopped coming (the caps)")
 
     @property
     def failed(self) -> bool:
@@ -56,6 +57,8 @@ def fold_steps(events: list[LogEvent], *, run_over: bool = False) -> list[StepVi
         elif event.kind == LogKind.CUT:
             step.cut_at = sum(len(p) for p in parts[event.step])
             step.cut_chars += _count(event.text)
+        elif event.kind == LogKind.HELD:
+            step.held = event.text
         elif event.kind == LogKind.END:
             end = StepEnd.parse(event.text)
             step.state, step.exit_code, step.reason = end.state, end.exit_code, end.reason

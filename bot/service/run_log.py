@@ -144,6 +144,9 @@ class RunLogRecorder:
             self._stored += len(head)
             self._pending.append(NewLogEvent(step=self._step, kind=LogKind.OUT, text=head))
         if len(head) < len(text) and self._tail is not None:
+            if not self._tail.size:  # the first text past the head: the page says why nothing comes
+                note = f"the rest is kept as the last {self._tail.limit} characters, shown when the step ends"
+                self._pending.append(NewLogEvent(step=self._step, kind=LogKind.HELD, text=note))
             self._tail.add(text[len(head) :])
 
     def _close_step_output(self) -> None:

@@ -47,6 +47,8 @@ class LogStream:
             return []
         if event.kind == LogKind.OUT:
             return _lines(event.step, parser.feed(event.text))
+        if event.kind == LogKind.HELD:
+            return [("note", {"step": event.step, "text": event.text})]
         told = _lines(event.step, parser.feed("", final=True))
         if event.kind == LogKind.CUT:
             return [*told, ("cut", {"step": event.step, "text": event.text})]

@@ -175,13 +175,21 @@
     if (data.error_line !== null && data.error_line !== undefined) highlight(data.step, data.error_line);
   }
 
-  function cutNote(data) {
-    const log = logOf(data.step);
+  function note(step, text) {
+    const log = logOf(step);
     if (!log) return;
-    const note = document.createElement("div");
-    note.className = "note cut";
-    note.textContent = "\u2026 " + data.text + " (the log keeps each step's head and tail) \u2026";
-    log.appendChild(note);
+    const line = document.createElement("div");
+    line.className = "note cut";
+    line.textContent = "\u2026 " + text + " \u2026";
+    log.appendChild(line);
+  }
+
+  function cutNote(data) {
+    note(data.step, data.text + " (the log keeps each step's head and tail)");
+  }
+
+  function heldNote(data) {
+    note(data.step, "this step printed more than its log's head keeps: " + data.text);
   }
 
   function live() {
@@ -192,6 +200,7 @@
     on("lines", appendLines);
     on("end", endStep);
     on("cut", cutNote);
+    on("note", heldNote);
     on("run", () => { source.close(); location.reload(); });
   }
 
