@@ -19,12 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import docker
 import pexpect
 import pytest
 from aiohttp import web
 from cli_run import CLI, cli_env
 from docker_support import docker_client, test_image, unavailable
+from fakegithub import FakeGitHub
 from repro_support import ERROR, GOOD_TOKEN, NODEID, REPO, make_project, record_job
 from run_page_support import page_server
 
@@ -32,7 +34,9 @@ from bot.cli.checkout import UsageError
 from bot.cli.repro_outcome import gpu_warning, pull_hint
 from bot.cli.repro_record import parse_record, record_url
 from bot.core.models import EnvFacts
+from bot.service.github import GitHubApp
 from bot.service.store.sqlite import SQLiteStore
+from bot.service.viewers import ViewerGate
 from runner.backends.docker_engine import LABEL_RUN_ID
 
 __all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
@@ -43,17 +47,18 @@ def project(tmp_path: Path) -> dict[str, str]:
     return make_project(tmp_path)
 
 
-async def _token_gate(request: web.Request, repository: str) -> web.StreamResponse | None:
-    """A service that shows a private repository's runs to a viewer with the right token."""
-    if request.headers.get("Authorization") == f"Bearer {GOOD_TOKEN}":
-        return None
-    return web.Response(status=404, text="no such run")
-
-
 @pytest.fixture
 async def served(
-    tmp_path: Path, project: dict[str, str], test_image: str, docker_client: docker.DockerClient
+    tmp_path: Path,
+    project: dict[str, str],
+    test_image: str,
+    docker_client: docker.DockerClient,
+    fake_github: FakeGitHub,
 ):
+    # The service's own gate, asking (the fake) GitHub whether the token's user may read REPO.
+    fake_github.add_repo(REPO, installation_id=7, private=True)
+    fake_github.set_role(REPO, "alice", "read")
+    fake_github.web.user_token("alice", GOOD_TOKEN)
     store = SQLiteStore(tmp_path / "store.db")
     image_id = docker_client.images.get(test_image).id
     ids = {
@@ -61,8 +66,10 @@ async def served(
         "fixed": record_job(store, project, image_id, sha=project["base"], private=False),
         "private": record_job(store, project, image_id, sha=project["head"], private=True),
     }
-    async with page_server(store, gate=_token_gate) as url:
-        yield url, ids
+    async with aiohttp.ClientSession() as session:
+        app = GitHubApp(session, fake_github.app_id, fake_github.private_key_pem, fake_github.url)
+        async with page_server(store, gate=ViewerGate(app, session, None)) as url:
+            yield url, ids
     store.close()
 
 

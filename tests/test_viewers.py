@@ -183,3 +183,20 @@ async def test_the_fake_answers_a_viewers_token_as_github_documents_it(fake_gith
     private_user = {"$ref": "urn:github-rest-openapi#/components/schemas/private-user"}
     assert list(OAS30ReadValidator(private_user, registry=spec.registry).iter_errors(me)) == []
     assert rest_spec().response_errors("repos/get", 200, repo) == []
+
+
+async def test_a_program_sends_its_users_token_and_sees_what_that_user_may_read(
+    site: Site, fake_github: FakeGitHub
+) -> None:
+    """`paritybot repro` reads a private run's record with the user's own GitHub token: no
+    sign-in, the same question to GitHub, the same 404 for a user without access."""
+    alice, bob = fake_github.web.user_token("alice"), fake_github.web.user_token("bob")
+    async with aiohttp.ClientSession() as s:
+        for token, status in ((alice, 200), (bob, 404), ("ghu_not-a-token", 404)):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with s.get(f"{site.url}/runs/{PRIVATE}", headers=headers, allow_redirects=False) as r:
+                assert r.status == status, token
+        async with s.get(f"{site.url}/runs/{PRIVATE}", allow_redirects=False) as r:
+            assert r.status == 302  # no token, no session: sign in first
+    asked = fake_github.calls_to("GET", f"/repos/{PRIVATE}")
+    assert {c.headers["Authorization"].split()[-1] for c in asked} >= {alice, bob}

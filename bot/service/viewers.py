@@ -7,12 +7,15 @@ may not see it (never 403: a private repository's name is not confirmed to outsi
 
 The viewer's GitHub token lives only in the session cookie, encrypted and signed (Fernet, with a
 key derived from the App's client secret), HttpOnly and SameSite=Lax; read access is asked of
-GitHub with that token and remembered for ``PARITYBOT_VIEWER_ACCESS_TTL_S``.
+GitHub with that token and remembered for ``PARITYBOT_VIEWER_ACCESS_TTL_S``. A program (``paritybot
+repro``) sends its user's token instead, as ``Authorization: Bearer``: asked the same way, no
+sign-in needed, never kept.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import secrets
@@ -190,6 +193,13 @@ class ViewerGate:
         return _not_found()
 
     def viewer(self, request: web.Request) -> Viewer | None:
+        """The signed-in viewer (the session cookie), or a program sending its user's GitHub token
+        (``Authorization: Bearer …``, as ``paritybot repro`` does); None for anyone else."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() in ("bearer", "token") and token:
+            # Never stored nor logged: it only asks GitHub whether its user may read the repository.
+            return Viewer(f"token:{hashlib.sha256(token.encode()).hexdigest()[:16]}", token)
         if self._sealer is None:
             return None
         data = self._sealer.open(request.cookies.get(SESSION_COOKIE), SESSION_TTL_S)

@@ -58,9 +58,11 @@ class WebSide:
         """The person signed in to GitHub in the browser (None: nobody)."""
         self.signed_in = login
 
-    def user_token(self, login: str) -> str:
-        """A token of the App's user authorization for ``login``, as the code exchange issues."""
-        token = UserToken("ghu_" + secrets.token_hex(18), login, self.fake.now() + timedelta(hours=8))
+    def user_token(self, login: str, value: str | None = None) -> str:
+        """A token of the App's user authorization for ``login``, as the code exchange issues
+        (``value``: the token a test already gave its client)."""
+        value = value or "ghu_" + secrets.token_hex(18)
+        token = UserToken(value, login, self.fake.now() + timedelta(hours=8))
         self.user_tokens[token.token] = token
         return token.token
 
