@@ -8,7 +8,7 @@ or a status, a fake highlight. The tests check that all of it stays text.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from aiohttp import web
@@ -158,17 +158,26 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def page_server(store: SQLiteStore, gate: Gate = private_not_found) -> AsyncIterator[str]:
-    """The run page's routes on a real aiohttp server over ``store``; yields its base URL."""
+async def page_server(
+    store: SQLiteStore,
+    gate: Gate = private_not_found,
+    *,
+    port: int | None = None,
+    routes: Callable[[web.UrlDispatcher], None] | None = None,
+) -> AsyncIterator[str]:
+    """The run page's routes on a real aiohttp server over ``store`` (and the gate's own
+    ``routes``, the sign-in's); yields its base URL."""
     import asyncio
 
     app = web.Application()
     wake = add_run_page(app, store, gate=gate, public_url=None)
+    if routes is not None:
+        routes(app.router)
     wake.bind(asyncio.get_running_loop())
     store.on_log = wake.notify
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
+    port = port or free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         yield f"http://127.0.0.1:{port}"

@@ -18,6 +18,7 @@ from finishing import finished, view
 from fleet_harness import Fleet
 from postgres_support import pg_url
 from run_page_support import HOSTILE_LINES, failed_run, free_port, hostile_log, page_server
+from run_page_support import REPO as PAGE_REPO
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from serveproc import ServeProcess, until
@@ -274,3 +275,48 @@ async def test_with_agents_a_line_printed_on_a_gpu_host_appears_on_the_services_
         assert jobs[0].state.value == "succeeded"
     finally:
         await fleet.close()
+
+
+async def test_a_private_repositorys_run_page_asks_to_sign_in_and_shows_only_readers(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    """The service's own gate in front of the real run page: an anonymous viewer is sent to sign
+    in with GitHub and comes back to the run; a viewer who cannot read the repository gets the
+    page a run that does not exist gets."""
+    import aiohttp
+
+    from bot.service.github import GitHubApp
+    from bot.service.viewers import OAuthClient, ViewerGate
+
+    fake_github.add_repo(PAGE_REPO, installation_id=7, private=True)
+    fake_github.set_role(PAGE_REPO, "alice", "read")
+    store = SQLiteStore(tmp_path / "store.db")
+    job_id = failed_run(store, private=True)
+    port = free_port()
+    public_url = f"http://127.0.0.1:{port}"
+    fake_github.web.callback_urls = [f"{public_url}/oauth/callback"]
+    alice = await asyncio.to_thread(start_chromium, tmp_path / "alice")
+    bob = await asyncio.to_thread(start_chromium, tmp_path / "bob")
+    try:
+        async with aiohttp.ClientSession() as session:
+            app = GitHubApp(session, fake_github.app_id, fake_github.private_key_pem, fake_github.url)
+            oauth = OAuthClient(
+                fake_github.web.client_id, fake_github.web.client_secret, fake_github.web.url, public_url
+            )
+            gate = ViewerGate(app, session, oauth)
+            async with page_server(store, gate, port=port, routes=gate.add_routes) as url:
+                page = f"{url}/runs/{job_id}"
+                fake_github.web.sign_in("alice")  # signed in to GitHub, may read the repository
+                await asyncio.to_thread(alice.get, page)
+                await until("the run page", lambda: "tests/test_add.py::test_add" in alice.page_source, 20)
+                assert alice.current_url == page  # GitHub's sign-in, then back to the run
+                fake_github.web.sign_in("bob")  # may not read it
+                await asyncio.to_thread(bob.get, page)
+                body = bob.find_element(By.TAG_NAME, "body").text
+                assert "test_add" not in body and body == "no such run"
+                await asyncio.to_thread(bob.get, f"{url}/runs/{'0' * 32}")
+                assert bob.find_element(By.TAG_NAME, "body").text == body  # as for no run at all
+    finally:
+        await asyncio.to_thread(alice.quit)
+        await asyncio.to_thread(bob.quit)
+        store.close()

@@ -140,7 +140,8 @@ async def allowed_job(request: web.Request, run_id: str) -> Job | web.StreamResp
     if job.request.private is not False:
         refused = await request.app[GATE](request, job.repo)
         if refused is not None:
-            return refused
+            # A refusal reads exactly as a run that does not exist: nothing confirms that it does.
+            return not_found() if refused.status == 404 else refused
     return job
 
 
