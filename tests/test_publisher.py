@@ -222,3 +222,16 @@ async def test_a_runs_change_feed_moves_with_what_an_agent_writes_through_notify
     finally:
         replica.close()
         agent.close()
+
+
+async def test_the_run_pages_hear_of_each_change_the_publisher_is_woken_with(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """`serve` hands the feed its run pages' wake (bot/service/app.py): an open page looks at the
+    run when the publisher learns it changed, not at its next periodic look."""
+    publisher = Publisher(sqlite_store, None, PrLocks())
+    heard: list[str] = []
+    publisher.feed.listeners.append(heard.append)
+    publisher.wake("run-1")
+    publisher.wake(None)  # "some runs": nothing to tell a page of one run
+    assert heard == ["run-1"]

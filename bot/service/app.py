@@ -329,6 +329,7 @@ async def _build(
     viewers.add_routes(web_app.router)
     wake = add_run_page(web_app, store, gate=gate or viewers, public_url=settings.public_url)
     wake.bind(asyncio.get_running_loop())
+    publisher.feed.listeners.append(wake.notify)  # a run's state changed: its open pages look now
     if isinstance(store, SQLiteStore):
         store.on_log = wake.notify  # one machine: the workers write the logs in this process
     return Service(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from bot.core.models import RunState
 from bot.service.store.protocol import Store
@@ -27,11 +27,15 @@ class ChangeFeed:
         self.store = store
         self.poll_s = poll_s
         self._followers: dict[str, set[asyncio.Event]] = defaultdict(set)
+        # Told each changed run's id too: the run pages' live streams (bot/service/run_page/live.py).
+        self.listeners: list[Callable[[str], None]] = []
 
     def changed(self, run_id: str) -> None:
         """The run's stored state may have changed: its followers read it again."""
         for event in self._followers.get(run_id, ()):
             event.set()
+        for listener in self.listeners:
+            listener(run_id)
 
     def following(self, run_id: str) -> int:
         return len(self._followers.get(run_id, ()))
