@@ -41,6 +41,7 @@ from bot.core.perf import PerformanceResult, PerfThresholds, Verdict, perf_trigg
 from bot.core.verdict import fails_the_change
 from runner.backends.base import (
     ProcessLedger,
+    ReadsRunningStep,
     Runner,
     RunnerError,
     RunnerFactory,
@@ -70,7 +71,8 @@ from runner.checks.precommit import run_precommit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext
 from runner.checks.rfc import RfcInputs, collect_rfc_inputs, evaluate_rfc
-from runner.checks.streaming import MIN_INTERVAL_S, POLL_S, LiveTail
+from runner.checks.streaming import MAX_BYTES as LIVE_MAX_BYTES
+from runner.checks.streaming import MIN_INTERVAL_S, POLL_S, ContainerTail, LiveTail
 from runner.checks.testexec import LIVE_PATH, TestRunError, run_tests
 from runner.git import GitError
 from runner.gitdiff import changed_lines, same_files
@@ -531,7 +533,12 @@ class Pipeline:
         if self.environment.network.tests:
             report.networked_steps.append("tests")
         order = await self._failure_first(ws, selection)
-        tail = LiveTail(ws.path / LIVE_PATH)
+        runner = self._runner.inner if isinstance(self._runner, LoggedRunner) else self._runner
+        tail: LiveTail = (
+            ContainerTail(ws.path / LIVE_PATH, fetch=lambda: runner.read_running(LIVE_PATH, LIVE_MAX_BYTES))
+            if isinstance(runner, ReadsRunningStep)
+            else LiveTail(ws.path / LIVE_PATH)
+        )
         watcher = asyncio.ensure_future(self._stream_failures(report, selection, tail))
         try:
             run = await run_tests(

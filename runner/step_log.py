@@ -61,6 +61,11 @@ class LoggedRunner:
         self._live = live
 
     @property
+    def inner(self) -> Runner:
+        """The runner it tells of (which may read a running step's files, say)."""
+        return self._inner
+
+    @property
     def info(self) -> RunnerInfo:
         return self._inner.info
 

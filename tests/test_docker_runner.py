@@ -528,3 +528,32 @@ async def test_a_step_whose_workspace_watcher_dies_is_stopped_and_later_steps_re
     )
     with pytest.raises(RunnerError, match="the workspace's size could not be watched"):
         await runner.run(sh("after", "true"), workspace)
+
+
+@pytest.mark.docker
+async def test_a_running_steps_live_results_are_read_from_its_container(make_runner, workspace):
+    """The test step's live file (the first failure while the rest run) is read through the
+    engine while the container runs; a link put in its place is not followed."""
+    from runner.checks.streaming import MAX_BYTES, ContainerTail
+    from runner.checks.testexec import LIVE_PATH
+
+    runner = make_runner()
+    marks = '{"total": 3}\n{"failed": "tests/test_a.py::test_a", "message": "boom"}\n{"done": 1}\n'
+    step = sh(
+        "tests",
+        f"mkdir -p .paritybot && printf '%s' '{marks}' > {LIVE_PATH} && sleep 6 && "
+        f"rm {LIVE_PATH} && ln -s /etc/passwd {LIVE_PATH} && sleep 4",
+    )
+    tail = ContainerTail(workspace / LIVE_PATH, fetch=lambda: runner.read_running(LIVE_PATH, MAX_BYTES))
+    running = asyncio.create_task(runner.run(step, workspace))
+    deadline = time.monotonic() + 60
+    while not tail.failed and time.monotonic() < deadline and not running.done():
+        await asyncio.to_thread(tail.read)
+        await asyncio.sleep(0.3)
+    assert not running.done(), "the failure was seen only once the step had ended"
+    assert [f.nodeid for f in tail.failed] == ["tests/test_a.py::test_a"] and tail.progress().total == 3
+    while not running.done():  # the link: never read through
+        assert await asyncio.to_thread(runner.read_running, LIVE_PATH, MAX_BYTES) in (None, marks)
+        await asyncio.sleep(0.5)
+    assert (await running).exit_code == 0
+    assert runner.read_running(LIVE_PATH, MAX_BYTES) is None  # no step runs

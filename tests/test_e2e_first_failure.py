@@ -3,21 +3,30 @@
 The real bot against the fake GitHub, on the demo project: its first run fails one test. A push
 then adds a slow test; the second run runs the test that failed before first (failure first), and
 the tests check run shows it failing, in progress, while the slow test still runs; the final
-result replaces it.
+result replaces it. The same with the tests in a container of the real Docker engine.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import docker
+import pytest
 from botharness import REPO, BotHarness
+from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
 from finishing import FAST, finished, view
 from sample_repo import BROKEN_TEST
 from serveproc import TESTS
 
+from runner.backends.base import Runner, RunnerRequest
+from runner.backends.docker import DockerRunner
+
 SLOW = "import time\n\nfrom calc import stats\n\n\ndef test_slow():\n    time.sleep(8)\n    assert stats\n"
 CONFIG = "tests:\n  reruns: 0\n  use_coverage_map: false\n"
+IN_A_CONTAINER = "environments:\n  - name: default\n    image: {image}\n    gpus: none\n" + CONFIG
+
+__all__ = ["docker_client", "test_image"]  # fixtures, imported for pytest
 
 
 async def test_the_first_failure_shows_on_the_pull_request_before_the_tests_end(
@@ -25,6 +34,22 @@ async def test_the_first_failure_shows_on_the_pull_request_before_the_tests_end(
 ) -> None:
     bot = await BotHarness.create(fake_github, tmp_path, settings=FAST)
     fake_github.set_file(REPO, ".github/paritybot.yml", CONFIG, ref="main")
+    await _first_failure_first(bot, fake_github)
+
+
+@pytest.mark.docker
+async def test_from_a_container_too_the_first_failure_shows_before_the_tests_end(
+    fake_github: FakeGitHub, tmp_path: Path, docker_client: docker.DockerClient, test_image: str
+) -> None:
+    async def in_docker(request: RunnerRequest) -> Runner:
+        return DockerRunner(request.environment, request.run_id, docker_client)
+
+    bot = await BotHarness.create(fake_github, tmp_path, in_docker, settings=FAST)
+    fake_github.set_file(REPO, ".github/paritybot.yml", IN_A_CONTAINER.format(image=test_image), ref="main")
+    await _first_failure_first(bot, fake_github)
+
+
+async def _first_failure_first(bot: BotHarness, fake_github: FakeGitHub) -> None:
     try:
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
         await bot.wait_for("the first run", lambda: finished(view(fake_github, REPO, 7, bot.sample.head_sha)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -159,6 +159,16 @@ class Runner(Protocol):
         """Stop the step in progress within seconds; later steps return cancelled results."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReadsRunningStep(Protocol):
+    """A runner whose steps' workspace is not this machine's directory (a container's volume):
+    it reads a workspace file while the step runs (the test step's live results)."""
+
+    def read_running(self, rel: str, limit: int) -> str | None:
+        """The file ``rel`` of the workspace of the step now running, up to ``limit`` bytes; None
+        when no step runs, or the file is not there or not a plain file. Blocking (a thread)."""
 
 
 class RunnerError(Exception):

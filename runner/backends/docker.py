@@ -597,6 +597,24 @@ class DockerRunner:
 
         return collect_files(step.collect, read_one)
 
+    def read_running(self, rel: str, limit: int) -> str | None:
+        """A workspace file of the step now running (:class:`ReadsRunningStep`), read through the
+        engine like a collected file: a link or anything but a plain file is refused."""
+        container = self._current
+        if container is None:
+            return None
+        try:
+            text = read_container_file(container, f"{WORKSPACE_DIR}/{safe_relative(rel)}", limit)
+        except (
+            docker.errors.DockerException,
+            requests.RequestException,
+            RunnerError,
+            CollectRefused,
+            tarfile.TarError,
+        ):
+            return None  # not there yet, gone with its container, or refused: nothing to show
+        return None if text is None else redact(text, self._secrets)
+
     # --- cancel and close -------------------------------------------------------------------------
 
     async def cancel(self) -> None:

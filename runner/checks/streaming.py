@@ -3,9 +3,9 @@
 The injected plugin appends a JSON line per result to ``.paritybot/live.jsonl``
 (:data:`runner.checks.testexec.LIVE_PATH`). Where the step runs in the workspace itself (the host
 runner), the pipeline reads it while pytest runs and reports the failures so far, rate-limited:
-the first failure at once, then at most one update per :data:`MIN_INTERVAL_S`. In a container the
-file is not visible until the step ends, so nothing is streamed and the final result comes as
-before. The pull request's code could write the file too: what it says is shown only until the
+the first failure at once, then at most one update per :data:`MIN_INTERVAL_S`. In a container
+(:class:`ContainerTail`) the runner reads the file from the running step's workspace through the
+engine, every :data:`POLL_S`, as it collects a step's files (never through a link). The pull request's code could write the file too: what it says is shown only until the
 final result replaces it, is capped, and is never read through a link.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,3 +82,17 @@ class LiveTail:
                     nodeid=entry["failed"][:500], outcome=TestOutcome.FAILED, message=message[:500]
                 )
             )
+
+
+@dataclass
+class ContainerTail(LiveTail):
+    """The live file of a step running in a container: read whole through the runner each time
+    (it stays under :data:`MAX_BYTES`), the new part taken past ``offset``."""
+
+    fetch: Callable[[], str | None] = lambda: None
+
+    def _new_bytes(self) -> bytes:
+        if self.offset >= MAX_BYTES:
+            return b""
+        text = self.fetch()
+        return b"" if text is None else text.encode("utf-8", "replace")[self.offset : MAX_BYTES]
