@@ -365,3 +365,42 @@ def test_a_silent_replicas_deliveries_are_taken_over_before_their_lease_ends(pg_
     finally:
         one.close()
         other.close()
+
+
+async def test_an_agent_reads_the_tests_history_as_one_machine_does(store: FleetStore, pg_url: str) -> None:
+    """Known flaky tests, the default branch's record and the last run's failures reach an agent's
+    pipeline: its role reads the history (and still nothing of the pull request's own row)."""
+    from bot.service.store.records import TestRunRecord
+    from bot.service.test_history import AgentHistory
+
+    store.record_test_run(
+        TestRunRecord("j-1", "octo/lib", "cuda", 3, "a" * 40, "u1", (("t::flaky", "flaky", "E"),))
+    )
+    store.record_test_run(
+        TestRunRecord("j-2", "octo/lib", "cuda", None, "b" * 40, "u2", (("t::old", "failed", "E2"),))
+    )
+    store.record_test_run(
+        TestRunRecord("j-3", "octo/lib", "cuda", 7, "c" * 40, "u3", (("t::mine", "failed", "E3"),))
+    )
+    role = f"agent_{int(time.time() * 1000) % 10**9}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE paritybot_agent")
+    try:
+        agent = FleetStore(
+            pg_url.replace("postgresql://postgres@", f"postgresql://{role}@"), migrate_schema=False
+        )
+        try:
+            history = AgentHistory(agent, "octo/lib", "cuda", 7)
+            assert await history.flaky_elsewhere(["t::flaky", "t::mine"]) == {"t::flaky": ["u1"]}
+            assert await history.failing_at("b" * 40) == {"t::old": "E2"}
+            assert await history.recently_failed() == {"t::mine"}
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                agent._query(
+                    "INSERT INTO test_runs (job_id, repo, environment, head_sha, url) VALUES ('x','r','e','s','u')"
+                )
+        finally:
+            agent.close()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")

@@ -70,7 +70,8 @@ SCHEMAS: tuple[SchemaSpan, ...] = (
     SchemaSpan(backend="postgresql", schema_version=3, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=4, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=5, first=None, last=None),
-    SchemaSpan(backend="postgresql", schema_version=6, first="0.3.0", last=None),
+    SchemaSpan(backend="postgresql", schema_version=6, first=None, last=None),
+    SchemaSpan(backend="postgresql", schema_version=7, first="0.3.0", last=None),
 )
 
 

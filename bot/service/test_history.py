@@ -10,11 +10,15 @@ whether the default branch's record of its merge base already has it failing.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from bot.core.kinds import CheckKind
 from bot.core.models import RunKind, RunReport, RunState, TestOutcome
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job, TestRunRecord
+
+if TYPE_CHECKING:
+    from bot.service.store.postgres import PostgresStore
 
 _RECORDED = {
     TestOutcome.FAILED: "failed",
@@ -43,6 +47,22 @@ class StoreHistory:
             return set()
         state = await asyncio.to_thread(self.store.pull_state, self.repo, self.pr_number)
         return set(state.failed_tests.get(self.environment, []))
+
+
+class AgentHistory(StoreHistory):
+    """The same questions from an agent (several hosts), whose role reads the tests' history but
+    not the pull request's row: its last failures come from its last recorded run."""
+
+    def __init__(self, store: PostgresStore, repo: str, environment: str, pr_number: int | None):
+        super().__init__(store, repo, environment, pr_number)
+        self.postgres = store
+
+    async def recently_failed(self) -> set[str]:
+        if self.pr_number is None:
+            return set()
+        return await asyncio.to_thread(
+            self.postgres.failed_last_time, self.repo, self.environment, self.pr_number
+        )
 
 
 def run_url(job: Job) -> str:

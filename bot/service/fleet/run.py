@@ -15,12 +15,21 @@ from bot.service.settings import Settings
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.records import Job
 from bot.service.store.run_logs import RunLogStore
+from bot.service.test_history import AgentHistory
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import runner_factory
 from runner.backends.ownership import Owner
 
 
-def pipeline_runner(settings: Settings, runners: RunnerFactory, logs: RunLogStore | None = None) -> JobRunner:
+def pipeline_runner(
+    settings: Settings,
+    runners: RunnerFactory,
+    logs: RunLogStore | None = None,
+    history: FleetStore | None = None,
+) -> JobRunner:
+    """What runs a job on an agent: the pipeline, its log into ``logs`` and the tests' history read
+    from ``history`` (known flaky tests, the default branch's record, the last run's failures)."""
+
     async def run(
         job: Job, cancel: asyncio.Event, token: str | None, baseline: EnvFacts | None, progress: Progress
     ) -> RunReport:
@@ -34,6 +43,9 @@ def pipeline_runner(settings: Settings, runners: RunnerFactory, logs: RunLogStor
             cache_root=settings.cache_root,
             progress=progress,
             log_store=logs,
+            history=None
+            if history is None
+            else AgentHistory(history, job.repo, job.environment, job.pr_number),
         )
 
     return run
@@ -64,7 +76,9 @@ async def run_agent(
     # of the other agents on this engine stay.
     await asyncio.to_thread(check_engine_at_startup, settings, instance)
     if job_runner is None:
-        runner = pipeline_runner(settings, runner_factory(service_policy(settings, instance.owner)), store)
+        runner = pipeline_runner(
+            settings, runner_factory(service_policy(settings, instance.owner)), store, store
+        )
     else:
         runner = job_runner(instance.owner)
     try:

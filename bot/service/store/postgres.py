@@ -631,6 +631,17 @@ class PostgresStore(PostgresRunLogs):
     def failing_at(self, repo: str, environment: str, sha: str) -> dict[str, str] | None:
         return commit_record(self._query(COMMIT_RECORD_SQL.format(p="%s"), (repo, environment, sha)))
 
+    def failed_last_time(self, repo: str, environment: str, pr_number: int) -> set[str]:
+        """The tests that failed in the pull request's last recorded run in ``environment``: what
+        an agent runs first (it may not read the pull request's own row)."""
+        rows = self._query(
+            "SELECT o.nodeid FROM test_outcomes o WHERE o.outcome = 'failed' AND o.job_id = ("
+            "SELECT job_id FROM test_runs WHERE repo = %s AND environment = %s AND pr_number = %s "
+            "ORDER BY recorded_at DESC, job_id DESC LIMIT 1)",
+            (repo, environment, pr_number),
+        )
+        return {str(r["nodeid"]) for r in rows}
+
     def overview(self, recent: int = 20) -> Overview:
         return read_overview(self._query, placeholder="%s", true="true", fleet=True, recent=recent)
 
