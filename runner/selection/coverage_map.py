@@ -41,10 +41,13 @@ from runner.checks.pytest_plugins import plugin_hint
 
 log = structlog.get_logger(__name__)
 
-MAP_FORMAT = "paritybot-coverage-map/2"
-# Version 1 had no health and no per-module import lines; it is still read.
-READABLE_FORMATS = ("paritybot-coverage-map/1", MAP_FORMAT)
+MAP_FORMAT = "paritybot-coverage-map/3"
+# Version 1 had no health and no per-module import lines, version 2 no origins of import-time
+# lines and no fixture contexts; both are still read (their lines are attributed as before).
+READABLE_FORMATS = ("paritybot-coverage-map/1", "paritybot-coverage-map/2", MAP_FORMAT)
 IMPORT_CONTEXT = "import:"
+BUILT_CONTEXT = "built:"
+FIXTURE_CONTEXT = "fixture:"
 DRIVER_PATH = f"{SCRATCH_DIR}/coverage_driver.py"
 OUTPUT_PATH = f"{SCRATCH_DIR}/coverage.json"
 DATA_PATH = f"{SCRATCH_DIR}/coverage.sqlite"
@@ -78,6 +81,18 @@ class CoverageMap(BaseModel):
         default_factory=dict,
         description="path → line → test files whose own module-level code ran it while pytest imported them",
     )
+    built_by: dict[str, dict[int, list[str]]] = Field(
+        default_factory=dict,
+        description="path → import-time line → `module:line` of the top-level statements whose run (while"
+        " that project module was imported) ran it; only lines every import-time run of which is known",
+    )
+    fixture_lines: dict[str, dict[int, list[str]]] = Field(
+        default_factory=dict,
+        description="path → line → fixtures wider than a test (session, module, class) whose setup ran it",
+    )
+    fixture_users: dict[str, list[int]] = Field(
+        default_factory=dict, description="fixture name → indexes into tests of the tests that request it"
+    )
     health: CoverageMapHealth | None = Field(None, description="None: a map recorded without it")
     unmapped: dict[str, list[int]] = Field(
         default_factory=dict,
@@ -86,14 +101,33 @@ class CoverageMap(BaseModel):
     )
 
     def tests_at(self, path: str, lines: Iterable[int]) -> set[str]:
-        """Tests that executed any of ``lines`` of ``path``."""
+        """Tests that executed any of ``lines`` of ``path``, or use a fixture whose setup did."""
+        lines = list(lines)
+        tests = self.ran_at(path, lines)
+        for users in self.fixtures_at(path, lines).values():
+            tests.update(users)
+        return tests
+
+    def ran_at(self, path: str, lines: Iterable[int]) -> set[str]:
+        """Tests that executed any of ``lines`` of ``path`` themselves (their own setup, call, teardown)."""
         by_line = self.files.get(path, {})
         return {self.tests[i] for line in lines for i in by_line.get(line, ())}
 
+    def fixtures_at(self, path: str, lines: Iterable[int]) -> dict[str, set[str]]:
+        """Fixtures wider than a test whose setup ran any of ``lines``, each with the tests using it."""
+        by_line = self.fixture_lines.get(path, {})
+        names = {name for line in lines for name in by_line.get(line, ())}
+        return {name: {self.tests[i] for i in self.fixture_users.get(name, ())} for name in sorted(names)}
+
     def tests_between(self, path: str, first: int, last: int) -> set[str]:
-        """Tests that executed any line of ``path`` from ``first`` to ``last`` (a function's span)."""
+        """Tests that executed any line of ``path`` from ``first`` to ``last`` (a function's span),
+        or use a fixture whose setup did."""
         by_line = self.files.get(path, {})
-        return {self.tests[i] for line, ids in by_line.items() if first <= line <= last for i in ids}
+        tests = {self.tests[i] for line, ids in by_line.items() if first <= line <= last for i in ids}
+        in_span = [n for n in self.fixture_lines.get(path, {}) if first <= n <= last]
+        for users in self.fixtures_at(path, in_span).values():
+            tests.update(users)
+        return tests
 
     def tests_in_file(self, path: str) -> set[str]:
         return self.tests_between(path, 1, 10**9)
@@ -114,16 +148,37 @@ class CoverageMap(BaseModel):
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 
+    def built_from(self, path: str, lines: Iterable[int]) -> list[tuple[str, int]] | None:
+        """The top-level statements (module path, line) whose run while their module was imported
+        ran any of ``lines``; ``None`` when some import-time run of them has no known origin (a
+        third-party module's body, pytest's own hooks, a map recorded before origins were)."""
+        by_line = self.built_by.get(path, {})
+        imported = set(self.import_lines.get(path, ()))
+        found: set[tuple[str, int]] = set()
+        for line in lines:
+            if line not in imported:
+                continue
+            if line not in by_line:
+                return None
+            for origin in by_line[line]:
+                module, _, at = origin.rpartition(":")
+                if not module or not at.isdigit():
+                    return None
+                found.add((module, int(at)))
+        return sorted(found)
+
     def source_files(self) -> list[str]:
         """Files of the project, other than the tests' own, that the session ran a line of: in a
         test, or while a test module imported it (a test may only read a module's constants)."""
         test_files = {t.split("::")[0] for t in self.tests}
-        ran = {*self.files, *self.import_lines, *self.imported_by}
+        ran = {*self.files, *self.import_lines, *self.imported_by, *self.fixture_lines}
         return sorted(path for path in ran if path not in test_files)
 
     def knows(self, path: str) -> bool:
         """Whether the map has any record of the file (run by a test or while importing)."""
-        return path in self.files or path in self.import_lines or path in self.imported_by
+        return any(
+            path in lines for lines in (self.files, self.import_lines, self.imported_by, self.fixture_lines)
+        )
 
 
 # --- Building the map: the step ----------------------------------------------------------------------
@@ -142,6 +197,8 @@ OUT, DATA, PATHS = sys.argv[1], sys.argv[2], sys.argv[3]
 ROOT = os.getcwd()
 SCRATCH = os.path.dirname(os.path.abspath(OUT))
 IMPORT = "@IMPORT@"
+BUILT = "@BUILT@"
+FIXTURE = "@FIXTURE@"
 # The configured test roots that exist; none means pytest's own configuration decides.
 ARGS = [p for p in PATHS.split(":") if p and os.path.exists(p)] + sys.argv[4:]
 cov = coverage.Coverage(data_file=DATA, config_file=False, branch=False)
@@ -180,13 +237,76 @@ def leading_imports(path):
     return names
 
 
+class Origins:
+    \"\"\"While pytest imports and collects: which module body's top-level statement is running.
+
+    A profile hook follows the module bodies being executed (a stack of frames). At each call,
+    the coverage context names the innermost project module body and the line its top-level
+    statement is at, so a line of the project run while a helper or the package is imported is
+    recorded with the statement that ran it (``built:tests/helpers.py:12``), and what a test
+    module's own statements run with that module (``import:tests/test_x.py``).
+    \"\"\"
+
+    def __init__(self):
+        self.stack = []  # (module body frame, its file relative to ROOT or None)
+        self.context = ""
+        self.collecting = None  # the test module pytest is importing now
+        self.kinds = {}
+        self.seen = [None, 0]  # the module frame and line the context was last set for
+
+    def kind(self, filename):
+        if filename not in self.kinds:
+            self.kinds[filename] = rel(filename) if project_file(filename) else None
+        return self.kinds[filename]
+
+    def switch(self, context):
+        self.seen[0] = None
+        if context != self.context:
+            self.context = context
+            cov.switch_context(context)
+
+    def top(self):
+        if not self.stack:
+            return ""
+        frame, path = self.stack[-1]
+        if path is None:
+            return ""  # a third-party module's body: who uses what it builds is unknown
+        if path == self.collecting:
+            return IMPORT + path
+        return f"{BUILT}{path}:{frame.f_lineno}"
+
+    def hook(self):
+        \"\"\"The profile function; it runs at every call while pytest collects, so it is kept lean.\"\"\"
+        stack, seen, kind, switch, top = self.stack, self.seen, self.kind, self.switch, self.top
+
+        def profile(frame, event, arg):
+            if event == "call":
+                code = frame.f_code
+                if code.co_name == "<module>" and code.co_filename[:1] != "<":
+                    path = kind(code.co_filename)
+                    stack.append((frame, path))
+                    # The module's own top-level lines are its structure, attributed by the selection.
+                    switch(IMPORT + path if path is not None and path == self.collecting else "")
+                elif stack:
+                    module = stack[-1][0]
+                    if module is not seen[0] or module.f_lineno != seen[1]:
+                        switch(top())
+                        seen[0], seen[1] = module, module.f_lineno
+            elif event == "return" and stack and stack[-1][0] is frame:
+                stack.pop()
+                switch(top())
+
+        return profile
+
+
 class MapPlugin:
     def __init__(self):
         self.collected = 0
         self.ran = set()
         self.items = {}
         self.errors = []
-        self.shared = set()  # test modules whose import also imported project modules
+        self.fixture_users = {}  # fixture name -> tests whose fixture closure has it
+        self.current = ""  # the test running now
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector):
@@ -206,19 +326,12 @@ class MapPlugin:
                         raise
         finally:
             sys.path.remove(here)
-        before = set(sys.modules)
-        name = rel(collector.path)
-        cov.switch_context(IMPORT + name)
+        origins.collecting = rel(collector.path)
         try:
             yield
         finally:
-            cov.switch_context("")
-        mine = os.path.abspath(str(collector.path))
-        for mod in set(sys.modules) - before:
-            path = getattr(sys.modules.get(mod), "__file__", None)
-            if path and project_file(path) and os.path.abspath(path) != mine:
-                self.shared.add(name)
-                break
+            origins.collecting = None
+            origins.switch(origins.top())
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -232,13 +345,40 @@ class MapPlugin:
     def pytest_collection_finish(self, session):
         self.collected = len(session.items)
         self.items = {item.nodeid: item.nodeid.split("::")[0] for item in session.items}
+        for item in session.items:
+            for fixture in getattr(item, "fixturenames", ()):
+                self.fixture_users.setdefault(fixture, []).append(item.nodeid)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtestloop(self, session):
+        sys.setprofile(None)  # imports are over: tests run under their own contexts
+        origins.switch("")
+        yield
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
         self.ran.add(item.nodeid)
+        self.current = item.nodeid
         cov.switch_context(item.nodeid)
         yield
+        self.current = ""
         cov.switch_context("")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        # What a fixture wider than one test builds is used by every test that requests it, not
+        # only by the first one, during whose setup it happens to run.
+        if fixturedef.scope == "function" or not self.current:
+            yield
+            return
+        users = self.fixture_users.setdefault(fixturedef.argname, [])
+        if self.current not in users:
+            users.append(self.current)  # asked for by name (request.getfixturevalue)
+        previous = cov.switch_context(FIXTURE + fixturedef.argname)
+        try:
+            yield
+        finally:
+            cov.switch_context(previous or self.current)
 
 
 # Plugins that would record coverage themselves, or run the tests in other processes, take the
@@ -252,33 +392,56 @@ if importlib.util.find_spec("xdist") is not None:
     TURNED_OFF.append("pytest-xdist (-n 0)")
 
 plugin = MapPlugin()
+origins = Origins()
+sys.setprofile(origins.hook())
 try:
     code = pytest.main(ARGS, plugins=[plugin])
 finally:
+    sys.setprofile(None)
     cov.stop()
     cov.save()
 data = cov.get_data()
 tests, index, files, import_lines, imported_by = [], {}, {}, {}, {}
+built_by, fixture_lines = {}, {}
+
+
+def test_index(nodeid):
+    if nodeid not in index:
+        index[nodeid] = len(tests)
+        tests.append(nodeid)
+    return index[nodeid]
+
+
 for path in sorted(data.measured_files()):
     if not project_file(path):
         continue
     relpath = rel(path)
     for line, contexts in sorted((data.contexts_by_lineno(path) or {}).items()):
+        origins_here, unknown = [], False
         for ctx in contexts:
             if ctx.startswith(IMPORT):
                 module = ctx[len(IMPORT):]
                 # A test module's own lines are its structure (the edited-tests signal's business).
-                if module not in plugin.shared and module != relpath:
+                if module != relpath:
                     imported_by.setdefault(relpath, {}).setdefault(line, []).append(module)
                     continue
                 ctx = ""
-            if not ctx:
-                import_lines.setdefault(relpath, []).append(line)
+            if ctx.startswith(BUILT):
+                origins_here.append(ctx[len(BUILT):])
                 continue
-            if ctx not in index:
-                index[ctx] = len(tests)
-                tests.append(ctx)
-            files.setdefault(relpath, {}).setdefault(line, []).append(index[ctx])
+            if ctx.startswith(FIXTURE):
+                fixture_lines.setdefault(relpath, {}).setdefault(line, []).append(ctx[len(FIXTURE):])
+                continue
+            if not ctx:
+                unknown = True
+                continue
+            files.setdefault(relpath, {}).setdefault(line, []).append(test_index(ctx))
+        if origins_here or unknown:
+            import_lines.setdefault(relpath, []).append(line)
+        if origins_here and not unknown:  # every run of it at import time has a known origin
+            built_by.setdefault(relpath, {})[line] = sorted(set(origins_here))
+used = {f for by_line in fixture_lines.values() for names in by_line.values() for f in names}
+fixture_users = {f: sorted(test_index(t) for t in plugin.fixture_users.get(f, ())) for f in sorted(used)}
 not_run = sorted({f for n, f in plugin.items.items() if n not in plugin.ran})
 health = {
     "tests_collected": plugin.collected,
@@ -289,11 +452,18 @@ health = {
     "turned_off": TURNED_OFF,
 }
 doc = {"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines,
-       "imported_by": imported_by, "health": health}
+       "imported_by": imported_by, "built_by": built_by, "fixture_lines": fixture_lines,
+       "fixture_users": fixture_users, "health": health}
 with open(OUT, "w") as f:
     json.dump(doc, f)
 sys.exit(int(code))
-""".replace("@FORMAT@", MAP_FORMAT).replace("@IMPORT@", IMPORT_CONTEXT)
+"""
+_DRIVER = (
+    _DRIVER.replace("@FORMAT@", MAP_FORMAT)
+    .replace("@IMPORT@", IMPORT_CONTEXT)
+    .replace("@BUILT@", BUILT_CONTEXT)
+    .replace("@FIXTURE@", FIXTURE_CONTEXT)
+)
 
 
 def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
@@ -485,6 +655,15 @@ def _normalise(cmap: CoverageMap) -> CoverageMap:
         path: {line: sorted(set(files)) for line, files in sorted(by_line.items())}
         for path, by_line in sorted(cmap.imported_by.items())
     }
+    cmap.built_by = {
+        path: {line: sorted(set(origins)) for line, origins in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.built_by.items())
+    }
+    cmap.fixture_lines = {
+        path: {line: sorted(set(names)) for line, names in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.fixture_lines.items())
+    }
+    cmap.fixture_users = {name: sorted(set(ids)) for name, ids in sorted(cmap.fixture_users.items())}
     cmap.format = MAP_FORMAT
     return cmap
 
