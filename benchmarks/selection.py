@@ -394,6 +394,7 @@ class Maps:
     full: CoverageMap
     partial: CoverageMap
     by_import: CoverageMap
+    skip: frozenset[str] = frozenset()  # selectors not asked (--map-only)
 
 
 def select_all(
@@ -403,20 +404,18 @@ def select_all(
     settings = TestSettings()
     selected: dict[str, set[str] | None] = {}
     select_s: dict[str, float] = {}
-    for name, (use_map, signals) in SELECTORS.items():
+    asked: dict[str, tuple[CoverageMap | None, frozenset[Signal] | None]] = {
+        name: (maps.full if use_map else None, signals) for name, (use_map, signals) in SELECTORS.items()
+    }
+    asked |= {PARTIAL: (maps.partial, None), BY_IMPORT: (maps.by_import, None)}
+    for name, (cmap, signals) in asked.items():
+        if name in maps.skip:
+            continue
         started = time.monotonic()
-        given = GivenMap(maps.full) if use_map else None
+        given = GivenMap(cmap) if cmap is not None else None
         sel = select_tests(proj.work, base, head, settings, given, all_tests, signals)
         select_s[name] = time.monotonic() - started
         selected[name] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
-    started = time.monotonic()
-    sel = select_tests(proj.work, base, head, settings, GivenMap(maps.partial), all_tests)
-    select_s[PARTIAL] = time.monotonic() - started
-    selected[PARTIAL] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
-    started = time.monotonic()
-    sel = select_tests(proj.work, base, head, settings, GivenMap(maps.by_import), all_tests)
-    select_s[BY_IMPORT] = time.monotonic() - started
-    selected[BY_IMPORT] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
     selected[TESTMON], select_s[TESTMON] = proj.testmon(record=False)
     return selected, select_s
 
@@ -548,7 +547,8 @@ def summarise(proj: Project, outcomes: list[Outcome]) -> list[dict[str, object]]
 
     testmon_s = statistics.mean(seconds(o, TESTMON) for o in standing) if standing else 0.0
     rows = []
-    for name in [*SELECTORS, BY_IMPORT, PARTIAL, TESTMON, FAILING, "full suite"]:
+    names = [*SELECTORS, BY_IMPORT, PARTIAL, TESTMON, FAILING, "full suite"]
+    for name in [n for n in names if n in (FAILING, "full suite") or all(n in o.selected for o in outcomes)]:
         any_hit = sum(bool(o.failing & chosen(o, name)) for o in breaking)
         all_hit = sum(o.failing <= chosen(o, name) for o in breaking)
         mean_s = statistics.mean(seconds(o, name) for o in standing) if standing else 0.0
@@ -588,6 +588,8 @@ def table(title: str, outcomes: list[Outcome], skipped: int, rows: list[dict[str
 def misses(outcomes: list[Outcome], key: str = next(iter(SELECTORS))) -> str:
     lines = []
     for o in outcomes:
+        if key not in o.selected:
+            continue  # not asked (--map-only)
         chosen = o.selected[key]
         if o.failing and chosen is not None and not o.failing & chosen:
             m = o.mutation
@@ -618,6 +620,9 @@ def main() -> int:
         "--pytest-arg", action="append", default=[], help="passed to every pytest run (e.g. --ignore=PATH)"
     )
     parser.add_argument("--json", default=None, help="also write the per-mutation results here")
+    parser.add_argument(
+        "--map-only", action="store_true", help="ask only the selectors that use the whole map, and testmon"
+    )
     parser.add_argument("--cases", type=int, default=20, help="PRs for each of the harder cases")
     parser.add_argument(
         "--at",
@@ -635,7 +640,10 @@ def main() -> int:
     started = time.monotonic()
     proj, base, cmap = prepare(args)
     partial, hole = with_hole(proj, cmap)
-    maps = Maps(full=cmap, partial=partial, by_import=cmap.model_copy(update={"built_by": {}}))
+    # The static selectors and the map with a hole do not depend on the map's attribution: left out
+    # with --map-only, so a loaded machine still evaluates enough mutations.
+    skip = frozenset([*list(SELECTORS)[1:], PARTIAL]) if args.map_only else frozenset()
+    maps = Maps(full=cmap, partial=partial, by_import=cmap.model_copy(update={"built_by": {}}), skip=skip)
     at = [(p, int(n)) for p, _, n in (a.rpartition(":") for a in args.at)]
     mutations = make_mutations(proj.work, cmap, args.mutations, args.seed, at)
     print(f"{len(proj.all_tests)} tests, suite {proj.suite_s:.1f} s wall; {len(mutations)} mutations")

@@ -18,6 +18,11 @@ import pytest
 from cli_run import record_coverage_map, run_cli
 from gitrepo import GitRepo
 
+from runner.gitdiff import FileStatus
+from runner.selection.change import ChangeSet, FileChange
+from runner.selection.coverage_map import CoverageMap, parse_coverage_db
+from runner.selection.pr import rebase_map
+
 PYPROJECT = (
     '[project]\nname = "shop"\nversion = "0.1"\n\n'
     '[tool.pytest.ini_options]\ntestpaths = ["tests"]\npythonpath = ["src", "tests"]\n'
@@ -187,3 +192,47 @@ def test_a_line_run_while_a_session_fixture_is_built_selects_every_test_using_th
         assert got[test] == [
             "through the shared fixture `catalog`: its setup runs src/shop/model.py:21, which this PR changes"
         ]
+
+
+def test_an_older_map_moves_the_origins_with_their_helper_and_forgets_those_of_a_deleted_one() -> None:
+    """A map of an older commit is rebased: the helper's statements moved down by a line added
+    above them, so their origins follow; a line built by a module the base branch deleted loses its
+    origins, and with them attribution by use (the selection falls back to the code around it)."""
+    cmap = CoverageMap(
+        tests=["tests/test_order.py::test_order_fields"],
+        import_lines={"src/shop/model.py": [3, 4]},
+        built_by={
+            "src/shop/model.py": {3: ["tests/helpers.py:3"], 4: ["tests/helpers.py:4", "tests/old.py:1"]}
+        },
+    )
+    helpers = SHOP["tests/helpers.py"]
+    assert isinstance(helpers, str)
+    since = ChangeSet(
+        base="a" * 40,
+        head="b" * 40,
+        files=[
+            FileChange(
+                path="tests/helpers.py",
+                status=FileStatus.MODIFIED,
+                base_text=helpers,
+                head_text="# Shared objects.\n" + helpers,
+            ),
+            FileChange(path="tests/old.py", status=FileStatus.DELETED, base_text="X = 1\n"),
+        ],
+    )
+    rebased = rebase_map(cmap, since)
+    assert rebased.built_from("src/shop/model.py", [3]) == [("tests/helpers.py", 4)]
+    assert rebased.built_from("src/shop/model.py", [4]) is None
+
+
+def test_a_map_recorded_before_origins_is_read_and_attributes_its_import_time_lines_as_before() -> None:
+    doc = {
+        "format": "paritybot-coverage-map/2",
+        "tests": ["tests/test_order.py::test_order_fields"],
+        "files": {"src/shop/model.py": {"3": [0]}},
+        "import_lines": {"src/shop/model.py": [3, 4]},
+    }
+    cmap = parse_coverage_db(json.dumps(doc))
+    assert cmap.format == "paritybot-coverage-map/3"
+    assert cmap.built_from("src/shop/model.py", [4]) is None  # no origin known: attributed as before
+    assert cmap.built_from("src/shop/model.py", [9]) == []  # not an import-time line at all

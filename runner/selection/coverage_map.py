@@ -307,6 +307,7 @@ class MapPlugin:
         self.errors = []
         self.fixture_users = {}  # fixture name -> tests whose fixture closure has it
         self.current = ""  # the test running now
+        self.building = []  # contexts of the wider fixtures being set up (one may need another)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector):
@@ -374,11 +375,13 @@ class MapPlugin:
         users = self.fixture_users.setdefault(fixturedef.argname, [])
         if self.current not in users:
             users.append(self.current)  # asked for by name (request.getfixturevalue)
-        previous = cov.switch_context(FIXTURE + fixturedef.argname)
+        self.building.append(FIXTURE + fixturedef.argname)
+        cov.switch_context(self.building[-1])
         try:
             yield
         finally:
-            cov.switch_context(previous or self.current)
+            self.building.pop()
+            cov.switch_context(self.building[-1] if self.building else self.current)
 
 
 # Plugins that would record coverage themselves, or run the tests in other processes, take the
