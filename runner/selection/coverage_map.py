@@ -188,7 +188,7 @@ class CoverageMap(BaseModel):
 # anything of the project, switches the context at each test, and writes the map as JSON.
 _DRIVER = """\
 \"\"\"Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON.\"\"\"
-import ast, importlib, importlib.util, json, os, sys
+import ast, builtins, importlib, importlib.util, json, os, sys, types
 
 import coverage
 import pytest
@@ -253,6 +253,35 @@ class Origins:
         self.collecting = None  # the test module pytest is importing now
         self.kinds = {}
         self.seen = [None, 0]  # the module frame and line the context was last set for
+        self.watching = False
+        self.profile = self.hook()
+        self.real_exec = builtins.exec
+
+    def watch(self):
+        \"\"\"Turn the hook on while a module body runs, and only then: it costs time at every call,
+        and pytest's own work while it collects (rewriting asserts, generating items) is most of
+        the calls. Every import runs a module's code object through ``exec``.\"\"\"
+        real_exec = self.real_exec
+
+        def exec_watched(source, *args, **kwargs):
+            if self.watching or not isinstance(source, types.CodeType) or source.co_name != "<module>":
+                return real_exec(source, *args, **kwargs)
+            self.watching = True
+            sys.setprofile(self.profile)
+            try:
+                return real_exec(source, *args, **kwargs)
+            finally:
+                sys.setprofile(None)
+                self.watching = False
+                self.stack.clear()
+                self.switch("")
+
+        builtins.exec = exec_watched
+
+    def stop(self):
+        builtins.exec = self.real_exec
+        sys.setprofile(None)
+        self.switch("")
 
     def kind(self, filename):
         if filename not in self.kinds:
@@ -314,8 +343,8 @@ class MapPlugin:
         if type(collector) is not pytest.Module:
             yield
             return
-        # Import what the module imports first under the shared context, so what its own
-        # module-level code runs afterwards is what gets recorded with it.
+        # Import what the module imports first, so that what its own module-level code runs
+        # afterwards is what gets recorded with it.
         here = os.path.dirname(str(collector.path))
         sys.path.insert(0, here)
         try:
@@ -332,7 +361,6 @@ class MapPlugin:
             yield
         finally:
             origins.collecting = None
-            origins.switch(origins.top())
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -352,8 +380,7 @@ class MapPlugin:
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtestloop(self, session):
-        sys.setprofile(None)  # imports are over: tests run under their own contexts
-        origins.switch("")
+        origins.stop()  # imports are over: tests run under their own contexts
         yield
 
     @pytest.hookimpl(hookwrapper=True)
@@ -396,11 +423,11 @@ if importlib.util.find_spec("xdist") is not None:
 
 plugin = MapPlugin()
 origins = Origins()
-sys.setprofile(origins.hook())
+origins.watch()
 try:
     code = pytest.main(ARGS, plugins=[plugin])
 finally:
-    sys.setprofile(None)
+    origins.stop()
     cov.stop()
     cov.save()
 data = cov.get_data()
