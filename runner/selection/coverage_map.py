@@ -261,6 +261,10 @@ def parse_coverage_db(data: bytes | str, root: str | None = None) -> CoverageMap
         cmap = CoverageMap.model_validate(doc)
     except ValidationError as exc:
         raise CoverageMapError(f"malformed coverage map: {exc.errors()[0]['msg']}") from None
+    indexes = [i for by_line in cmap.files.values() for ids in by_line.values() for i in ids]
+    indexes += [i for ids in cmap.fixture_users.values() for i in ids]
+    if any(not 0 <= i < len(cmap.tests) for i in indexes):
+        raise CoverageMapError(f"malformed coverage map: a test index outside its {len(cmap.tests)} tests")
     return _normalise(cmap)
 
 
