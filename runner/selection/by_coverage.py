@@ -158,11 +158,10 @@ def _by_use(ctx: Context, fc: FileChange, line: int, origins: list[tuple[str, in
         built_with = (
             f"built while `{key.path}` is imported ({key.path}:{at}) by code that runs {fc.path}:{line}"
         )
-        why = f"`{graph.display(key)}`, {built_with}, which this PR changes"
-        if not _in_package(ctx, key.path):
-            why += f" (selected through the shared helper `{key.path}`)"
+        through = "" if _in_package(ctx, key.path) else f" (selected through the shared helper `{key.path}`)"
+        why = f"`{graph.display(key)}`, {built_with}, which this PR changes{through}"
         if not _users_by_coverage(ctx, graph, key, why):
-            reach(ctx, graph, [key], Signal.STATIC, f"{built_with}, which this PR changes")
+            reach(ctx, graph, [key], Signal.STATIC, f"which is {built_with}, changed in this PR{through}")
     return True
 
 
