@@ -89,6 +89,9 @@ SELECTORS: dict[str, tuple[bool, frozenset[Signal] | None]] = {
 }
 TESTMON = "pytest-testmon"
 PARTIAL = "ours, map with a hole"
+# The same map without the origins of import-time lines: a line a shared module's import ran goes
+# to every user of the code around it, as before attribution by use.
+BY_IMPORT = "ours, import-time lines by import (before)"
 FAILING = "the failing tests themselves"
 SKIP_PARTS = {"tests", "test", "testing", "docs", "doc", "benchmarks", "examples", "scripts"}
 
@@ -206,8 +209,10 @@ def prepare(args: argparse.Namespace) -> tuple[Project, str, CoverageMap]:
     settings = TestSettings(pytest_args=args.pytest_arg)
     result = asyncio.run(runner.run(coverage_step(settings), work))
     cmap = coverage_map_from_step(result, base)
+    built_s = time.monotonic() - started
     print(
-        f"coverage map: {len(cmap.tests)} tests, {len(cmap.files)} files, {time.monotonic() - started:.1f} s"
+        f"coverage map: {len(cmap.tests)} tests, {len(cmap.files)} files, {built_s:.1f} s, "
+        f"{built_s / proj.suite_s:.1f}× one suite run ({proj.suite_s:.1f} s)"
     )
     shutil.rmtree(work / ".paritybot", ignore_errors=True)
     proj.testmon_data = scratch / "testmondata"
@@ -242,6 +247,9 @@ def with_hole(proj: Project, cmap: CoverageMap) -> tuple[CoverageMap, str]:
             "tests": [cmap.tests[i] for i in keep],
             "files": {p: {n: ids for n, ids in b.items() if ids} for p, b in files.items()},
             "imported_by": {p: {n: ts for n, ts in b.items() if ts} for p, b in imported_by.items()},
+            "fixture_users": {
+                f: [renumber[i] for i in ids if i in renumber] for f, ids in cmap.fixture_users.items()
+            },
             "health": health,
         }
     )
@@ -385,6 +393,8 @@ class Outcome:
 class Maps:
     full: CoverageMap
     partial: CoverageMap
+    by_import: CoverageMap
+    skip: frozenset[str] = frozenset()  # selectors not asked (--map-only)
 
 
 def select_all(
@@ -394,16 +404,18 @@ def select_all(
     settings = TestSettings()
     selected: dict[str, set[str] | None] = {}
     select_s: dict[str, float] = {}
-    for name, (use_map, signals) in SELECTORS.items():
+    asked: dict[str, tuple[CoverageMap | None, frozenset[Signal] | None]] = {
+        name: (maps.full if use_map else None, signals) for name, (use_map, signals) in SELECTORS.items()
+    }
+    asked |= {PARTIAL: (maps.partial, None), BY_IMPORT: (maps.by_import, None)}
+    for name, (cmap, signals) in asked.items():
+        if name in maps.skip:
+            continue
         started = time.monotonic()
-        given = GivenMap(maps.full) if use_map else None
+        given = GivenMap(cmap) if cmap is not None else None
         sel = select_tests(proj.work, base, head, settings, given, all_tests, signals)
         select_s[name] = time.monotonic() - started
         selected[name] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
-    started = time.monotonic()
-    sel = select_tests(proj.work, base, head, settings, GivenMap(maps.partial), all_tests)
-    select_s[PARTIAL] = time.monotonic() - started
-    selected[PARTIAL] = None if sel.whole_suite else {t.nodeid for t in sel.tests}
     selected[TESTMON], select_s[TESTMON] = proj.testmon(record=False)
     return selected, select_s
 
@@ -535,7 +547,8 @@ def summarise(proj: Project, outcomes: list[Outcome]) -> list[dict[str, object]]
 
     testmon_s = statistics.mean(seconds(o, TESTMON) for o in standing) if standing else 0.0
     rows = []
-    for name in [*SELECTORS, PARTIAL, TESTMON, FAILING, "full suite"]:
+    names = [*SELECTORS, BY_IMPORT, PARTIAL, TESTMON, FAILING, "full suite"]
+    for name in [n for n in names if n in (FAILING, "full suite") or all(n in o.selected for o in outcomes)]:
         any_hit = sum(bool(o.failing & chosen(o, name)) for o in breaking)
         all_hit = sum(o.failing <= chosen(o, name) for o in breaking)
         mean_s = statistics.mean(seconds(o, name) for o in standing) if standing else 0.0
@@ -575,6 +588,8 @@ def table(title: str, outcomes: list[Outcome], skipped: int, rows: list[dict[str
 def misses(outcomes: list[Outcome], key: str = next(iter(SELECTORS))) -> str:
     lines = []
     for o in outcomes:
+        if key not in o.selected:
+            continue  # not asked (--map-only)
         chosen = o.selected[key]
         if o.failing and chosen is not None and not o.failing & chosen:
             m = o.mutation
@@ -605,6 +620,9 @@ def main() -> int:
         "--pytest-arg", action="append", default=[], help="passed to every pytest run (e.g. --ignore=PATH)"
     )
     parser.add_argument("--json", default=None, help="also write the per-mutation results here")
+    parser.add_argument(
+        "--map-only", action="store_true", help="ask only the selectors that use the whole map, and testmon"
+    )
     parser.add_argument("--cases", type=int, default=20, help="PRs for each of the harder cases")
     parser.add_argument(
         "--at",
@@ -622,7 +640,10 @@ def main() -> int:
     started = time.monotonic()
     proj, base, cmap = prepare(args)
     partial, hole = with_hole(proj, cmap)
-    maps = Maps(full=cmap, partial=partial)
+    # The static selectors and the map with a hole do not depend on the map's attribution: left out
+    # with --map-only, so a loaded machine still evaluates enough mutations.
+    skip = frozenset([*list(SELECTORS)[1:], PARTIAL]) if args.map_only else frozenset()
+    maps = Maps(full=cmap, partial=partial, by_import=cmap.model_copy(update={"built_by": {}}), skip=skip)
     at = [(p, int(n)) for p, _, n in (a.rpartition(":") for a in args.at)]
     mutations = make_mutations(proj.work, cmap, args.mutations, args.seed, at)
     print(f"{len(proj.all_tests)} tests, suite {proj.suite_s:.1f} s wall; {len(mutations)} mutations")

@@ -35,3 +35,13 @@ def run_cli(
         cwd=cwd,
         timeout=timeout,
     )
+
+
+def record_coverage_map(repo: Path, rev: str, maps: Path) -> str:
+    """`paritybot coverage-map` of ``rev`` on this host, into the map directory ``maps``; its output."""
+    done = run_cli(
+        "coverage-map", "--repo", str(repo), "--rev", rev, "--runner", "host",
+        env={"PARITYBOT_COVERAGE_DIR": str(maps)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout

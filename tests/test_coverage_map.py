@@ -139,6 +139,11 @@ def test_context_names_become_node_ids(context: str, nodeid: str | None) -> None
         (b"not json at all", "neither JSON nor"),
         (b'{"format": "something-else"}', "unknown coverage map format"),
         (b'{"format": "paritybot-coverage-map/1", "tests": "nope"}', "malformed coverage map"),
+        (
+            b'{"format": "paritybot-coverage-map/3", "tests": ["t.py::a"], "fixture_users": {"db": [0, 7]}}',
+            "a test index outside its 1 tests",
+        ),
+        (b'{"format": "paritybot-coverage-map/3", "files": {"a.py": {"1": [0]}}}', "outside its 0 tests"),
     ],
 )
 def test_bad_data_gets_a_clear_error(data: bytes, message: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_run import run_cli
+from cli_run import record_coverage_map, run_cli
 from gitrepo import GitRepo
 
 from runner.selection.coverage_map import CoverageMapStore
@@ -143,12 +143,7 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> Mini:
     repo = GitRepo(root / "repo")
     base = repo.commit(MINI, "base")
     maps = root / "maps"
-    done = run_cli(
-        "coverage-map", "--repo", str(repo.path), "--rev", base, "--runner", "host",
-        env={"PARITYBOT_COVERAGE_DIR": str(maps)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "8 of 8 collected tests ran" in done.stdout
+    assert "8 of 8 collected tests ran" in record_coverage_map(repo.path, base, maps)
     return Mini(repo=repo, base=base, maps=maps)
 
 

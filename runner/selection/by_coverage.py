@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from runner.selection.change import Diff, FileChange, diff_lines
 from runner.selection.context import Context
 from runner.selection.hits import Signal
@@ -17,6 +19,9 @@ from runner.selection.import_graph import (
     symbols_at,
 )
 from runner.selection.static import reach, static_lines
+
+# Folders of the tests' own support code (helpers, fixtures), as opposed to the code under test.
+TEST_DIRS = frozenset({"tests", "test", "testing"})
 
 # --- Signal: the coverage map of the base commit -----------------------------------------------------
 
@@ -37,12 +42,20 @@ def coverage_signal(ctx: Context, fc: FileChange) -> None:
             # Added on the base branch after the map was recorded: the map cannot know it.
             static_lines(ctx, fc, head_lines=set(), base_lines=set(stmt), new_only=False, changed=True)
             continue
-        tests = cmap.tests_at(path, stmt)
-        for nodeid in tests:
+        direct = cmap.ran_at(path, stmt)
+        for nodeid in direct:
             if ctx.universe.exists(nodeid):
                 ctx.hits.add_line(nodeid, fc.path, min(stmt))
             else:
                 ctx.removed.add(nodeid)
+        by_fixture = cmap.fixtures_at(path, stmt)
+        for fixture, users in by_fixture.items():
+            reason = (
+                f"through the shared fixture `{fixture}`: its setup runs {fc.path}:{min(stmt)}, "
+                "which this PR changes"
+            )
+            ctx.add_tests(users - direct, Signal.LINE, reason)
+        tests = direct.union(*by_fixture.values())
         importers = cmap.importers_at(path, stmt)
         for module in sorted(importers):
             reason = (
@@ -50,7 +63,7 @@ def coverage_signal(ctx: Context, fc: FileChange) -> None:
             )
             ctx.add_tests(ctx.universe.expand(module), Signal.LINE, reason)
         if any(cmap.import_time(path, n) for n in stmt):
-            _import_time(ctx, fc, base_info, min(stmt))
+            _import_time(ctx, fc, base_info, stmt)
         elif not tests and not importers:
             _enclosing_function(ctx, fc, base_info, line, "which this PR changes")
     if fc.head_text is not None:
@@ -100,14 +113,24 @@ def _existing_container(qual: str | None, base_scopes: dict[str, tuple[int, int]
     return None
 
 
-def _import_time(ctx: Context, fc: FileChange, info: LineInfo, line: int) -> None:
+def _import_time(ctx: Context, fc: FileChange, info: LineInfo, stmt: list[int]) -> None:
     """A statement that ran while importing: a ``def`` line, a class attribute, a module constant,
     or the body of a function that module-level code calls (a decorator factory, a table builder).
 
-    A definition goes to the tests that run the function or class. Anything else built at import
-    time reaches every user of the enclosing top-level name, so those users' tests are found
-    through coverage (through the static graph when coverage finds none).
+    A line in a function's body, run at import time by known top-level statements (a helper
+    module's ``User = make_user()``, a class a decorator processes), goes to the users of what
+    those statements built (:func:`_by_use`). A definition goes to the tests that run the
+    function or class. Anything else built at import time reaches every user of the enclosing
+    top-level name, so those users' tests are found through coverage (through the static graph
+    when coverage finds none).
     """
+    assert ctx.cmap is not None
+    line = min(stmt)
+    function = innermost(info.functions, line)
+    if function is not None and info.statement.get(line) != info.statement.get(function[1]):
+        origins = ctx.cmap.built_from(fc.base_path, stmt)
+        if origins and _by_use(ctx, fc, line, origins):
+            return
     scope = innermost([*info.functions, *info.classes], line)
     if scope is not None:
         is_header = info.statement.get(line) == info.statement.get(scope[1])
@@ -117,6 +140,36 @@ def _import_time(ctx: Context, fc: FileChange, info: LineInfo, line: int) -> Non
         if tested and not _body_runs_at_import(ctx, fc.base_path, [(scope[1], scope[2])]):
             return
     _import_users(ctx, fc, line)
+
+
+def _by_use(ctx: Context, fc: FileChange, line: int, origins: list[tuple[str, int]]) -> bool:
+    """Tests that use what the top-level statements ``origins`` built while their modules were
+    imported, running the changed ``line``; False when a statement's names are unknown (then the
+    line goes to every user of its enclosing name, as without origins)."""
+    graph = ctx.graph("base")
+    built: list[tuple[SymbolKey, int]] = []
+    for path, at in origins:
+        module = graph.modules.get(path)
+        names = symbols_at(module, at) if module is not None else []
+        if not names or MODULE_BODY in names or WHOLE_MODULE in names:
+            return False  # module-level code with effects elsewhere (a registration, a patch)
+        built.extend((SymbolKey(path=path, name=name), at) for name in names)
+    for key, at in built:
+        built_with = (
+            f"built while `{key.path}` is imported ({key.path}:{at}) by code that runs {fc.path}:{line}"
+        )
+        through = "" if _in_package(ctx, key.path) else f" (selected through the shared helper `{key.path}`)"
+        why = f"`{graph.display(key)}`, {built_with}, which this PR changes{through}"
+        if not _users_by_coverage(ctx, graph, key, why):
+            reach(ctx, graph, [key], Signal.STATIC, f"which is {built_with}, changed in this PR{through}")
+    return True
+
+
+def _in_package(ctx: Context, path: str) -> bool:
+    """Whether ``path`` is code under test rather than the tests' own support (helpers, conftest)."""
+    parts = set(PurePosixPath(path).parts[:-1])
+    name = PurePosixPath(path).name
+    return not (parts & TEST_DIRS or name == "conftest.py" or path in ctx.universe.test_files)
 
 
 def _import_users(ctx: Context, fc: FileChange, line: int) -> None:
@@ -129,14 +182,21 @@ def _import_users(ctx: Context, fc: FileChange, line: int) -> None:
     kept = [n for n in names if n not in ctx.unchanged_imports(fc)]
     for name in kept if names else [MODULE_BODY]:
         changed = SymbolKey(path=fc.base_path, name=name)
-        if not _users_by_coverage(ctx, fc, graph, changed, line):
+        if changed.name == MODULE_BODY:
+            label = ctx.module_name(fc.path)
+            reason = f"imports `{label}`, whose module-level code this PR changes ({fc.path}:{line})"
+            tests = ctx.tests_running(fc.base_path, 1, 10**9)
+            ctx.add_tests(tests, Signal.IMPORT_TIME, reason)
+            found = any(ctx.universe.exists(t) for t in tests)
+        else:
+            found = _users_by_coverage(ctx, graph, changed, f"`{graph.display(changed)}` changed in this PR")
+        if not found:
             reach(ctx, graph, [changed], Signal.STATIC, "which this PR changes")
 
 
-def _users_by_coverage(
-    ctx: Context, fc: FileChange, graph: ImportGraph, changed: SymbolKey, line: int
-) -> bool:
-    """Tests that ran code reading a changed module-level name, found by coverage; any found?
+def _users_by_coverage(ctx: Context, graph: ImportGraph, changed: SymbolKey, why: str) -> bool:
+    """Tests that ran code reading a changed (or changed-built) module-level name, found by
+    coverage; any found?
 
     The walk goes through aliases and derived constants (``from .ops import FACTOR``,
     ``LIMIT = FACTOR * 2``), which copy the value at import time, and stops at functions and
@@ -144,13 +204,6 @@ def _users_by_coverage(
     says which did.
     """
     assert ctx.cmap is not None
-    before = len(ctx.hits.by_test)
-    if changed.name == MODULE_BODY:
-        name = ctx.module_name(fc.path)
-        reason = f"imports `{name}`, whose module-level code this PR changes ({fc.path}:{line})"
-        ctx.add_tests(ctx.tests_running(fc.base_path, 1, 10**9), Signal.IMPORT_TIME, reason)
-        return len(ctx.hits.by_test) > before
-    label = graph.display(changed)
     seen = {changed}
     queue = [changed]
     found = False
@@ -166,7 +219,7 @@ def _users_by_coverage(
             if sym.kind not in (SymbolKind.FUNCTION, SymbolKind.CLASS):
                 queue.append(user)
                 continue
-            reason = f"runs `{graph.display(user)}`, which uses `{label}` changed in this PR"
+            reason = f"runs `{graph.display(user)}`, which uses {why}"
             tests = {t for first, last in sym.ranges for t in ctx.tests_running(user.path, first, last)}
             found = found or bool(tests)
             ctx.add_tests(tests, Signal.IMPORT_TIME, reason)

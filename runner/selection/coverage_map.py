@@ -15,8 +15,8 @@ an empty or partial map says so instead of passing for a complete one.
 ``pytest --cov-context=test`` (pytest-cov) or ``[run] dynamic_context = test_function``, so a map
 can come from a project's own CI as well.
 
-Longer than most modules because the driver injected into the run is a script kept here, beside
-the parser of what it writes.
+The script the step injects into the run is :mod:`runner.selection.coverage_driver`. A little past
+400 lines: the map's model, the step, its parsers and its store share the one format.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from bot.core.config import TestSettings
 from bot.core.models import CoverageMapHealth
 from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Step, StepResult
 from runner.checks.pytest_plugins import plugin_hint
+from runner.selection.coverage_driver import DRIVER, MAP_FORMAT
 
 log = structlog.get_logger(__name__)
 
-MAP_FORMAT = "paritybot-coverage-map/2"
-# Version 1 had no health and no per-module import lines; it is still read.
-READABLE_FORMATS = ("paritybot-coverage-map/1", MAP_FORMAT)
-IMPORT_CONTEXT = "import:"
+# Version 1 had no health and no per-module import lines, version 2 no origins of import-time
+# lines and no fixture contexts; both are still read (their lines are attributed as before).
+READABLE_FORMATS = ("paritybot-coverage-map/1", "paritybot-coverage-map/2", MAP_FORMAT)
 DRIVER_PATH = f"{SCRATCH_DIR}/coverage_driver.py"
 OUTPUT_PATH = f"{SCRATCH_DIR}/coverage.json"
 DATA_PATH = f"{SCRATCH_DIR}/coverage.sqlite"
@@ -78,6 +78,18 @@ class CoverageMap(BaseModel):
         default_factory=dict,
         description="path → line → test files whose own module-level code ran it while pytest imported them",
     )
+    built_by: dict[str, dict[int, list[str]]] = Field(
+        default_factory=dict,
+        description="path → import-time line → `module:line` of the top-level statements whose run (while"
+        " that project module was imported) ran it; only lines every import-time run of which is known",
+    )
+    fixture_lines: dict[str, dict[int, list[str]]] = Field(
+        default_factory=dict,
+        description="path → line → fixtures wider than a test (session, module, class) whose setup ran it",
+    )
+    fixture_users: dict[str, list[int]] = Field(
+        default_factory=dict, description="fixture name → indexes into tests of the tests that request it"
+    )
     health: CoverageMapHealth | None = Field(None, description="None: a map recorded without it")
     unmapped: dict[str, list[int]] = Field(
         default_factory=dict,
@@ -86,14 +98,33 @@ class CoverageMap(BaseModel):
     )
 
     def tests_at(self, path: str, lines: Iterable[int]) -> set[str]:
-        """Tests that executed any of ``lines`` of ``path``."""
+        """Tests that executed any of ``lines`` of ``path``, or use a fixture whose setup did."""
+        lines = list(lines)
+        tests = self.ran_at(path, lines)
+        for users in self.fixtures_at(path, lines).values():
+            tests.update(users)
+        return tests
+
+    def ran_at(self, path: str, lines: Iterable[int]) -> set[str]:
+        """Tests that executed any of ``lines`` of ``path`` themselves (their own setup, call, teardown)."""
         by_line = self.files.get(path, {})
         return {self.tests[i] for line in lines for i in by_line.get(line, ())}
 
+    def fixtures_at(self, path: str, lines: Iterable[int]) -> dict[str, set[str]]:
+        """Fixtures wider than a test whose setup ran any of ``lines``, each with the tests using it."""
+        by_line = self.fixture_lines.get(path, {})
+        names = {name for line in lines for name in by_line.get(line, ())}
+        return {name: {self.tests[i] for i in self.fixture_users.get(name, ())} for name in sorted(names)}
+
     def tests_between(self, path: str, first: int, last: int) -> set[str]:
-        """Tests that executed any line of ``path`` from ``first`` to ``last`` (a function's span)."""
+        """Tests that executed any line of ``path`` from ``first`` to ``last`` (a function's span),
+        or use a fixture whose setup did."""
         by_line = self.files.get(path, {})
-        return {self.tests[i] for line, ids in by_line.items() if first <= line <= last for i in ids}
+        tests = {self.tests[i] for line, ids in by_line.items() if first <= line <= last for i in ids}
+        in_span = [n for n in self.fixture_lines.get(path, {}) if first <= n <= last]
+        for users in self.fixtures_at(path, in_span).values():
+            tests.update(users)
+        return tests
 
     def tests_in_file(self, path: str) -> set[str]:
         return self.tests_between(path, 1, 10**9)
@@ -114,204 +145,40 @@ class CoverageMap(BaseModel):
     def import_time(self, path: str, line: int) -> bool:
         return line in set(self.import_lines.get(path, ()))
 
+    def built_from(self, path: str, lines: Iterable[int]) -> list[tuple[str, int]] | None:
+        """The top-level statements (module path, line) whose run while their module was imported
+        ran any of ``lines``; ``None`` when some import-time run of them has no known origin (a
+        third-party module's body, pytest's own hooks, a map recorded before origins were)."""
+        by_line = self.built_by.get(path, {})
+        imported = set(self.import_lines.get(path, ()))
+        found: set[tuple[str, int]] = set()
+        for line in lines:
+            if line not in imported:
+                continue
+            if line not in by_line:
+                return None
+            for origin in by_line[line]:
+                module, _, at = origin.rpartition(":")
+                if not module or not at.isdigit():
+                    return None
+                found.add((module, int(at)))
+        return sorted(found)
+
     def source_files(self) -> list[str]:
         """Files of the project, other than the tests' own, that the session ran a line of: in a
         test, or while a test module imported it (a test may only read a module's constants)."""
         test_files = {t.split("::")[0] for t in self.tests}
-        ran = {*self.files, *self.import_lines, *self.imported_by}
+        ran = {*self.files, *self.import_lines, *self.imported_by, *self.fixture_lines}
         return sorted(path for path in ran if path not in test_files)
 
     def knows(self, path: str) -> bool:
         """Whether the map has any record of the file (run by a test or while importing)."""
-        return path in self.files or path in self.import_lines or path in self.imported_by
+        return any(
+            path in lines for lines in (self.files, self.import_lines, self.imported_by, self.fixture_lines)
+        )
 
 
 # --- Building the map: the step ----------------------------------------------------------------------
-
-# The driver runs in the repository's own environment (a container without paritybot), so it is
-# a self-contained script injected into the workspace. It starts coverage before pytest imports
-# anything of the project, switches the context at each test, and writes the map as JSON.
-_DRIVER = """\
-\"\"\"Run pytest under coverage.py with one context per test; write file -> line -> tests as JSON.\"\"\"
-import ast, importlib, importlib.util, json, os, re, sys
-
-import coverage
-import pytest
-
-OUT, DATA, PATHS = sys.argv[1], sys.argv[2], sys.argv[3]
-ROOT = os.getcwd()
-SCRATCH = os.path.dirname(os.path.abspath(OUT))
-IMPORT = "@IMPORT@"
-# The configured test roots that exist; none means pytest's own configuration decides.
-ARGS = [p for p in PATHS.split(":") if p and os.path.exists(p)] + sys.argv[4:]
-cov = coverage.Coverage(data_file=DATA, config_file=False, branch=False)
-cov.start()
-
-
-def rel(path):
-    return os.path.relpath(str(path), ROOT).replace(os.sep, "/")
-
-
-def project_file(path):
-    path = os.path.abspath(path)
-    return path.startswith(ROOT + os.sep) and not path.startswith(SCRATCH + os.sep)
-
-
-def leading_imports(path):
-    \"\"\"Modules a test module imports before any other statement of its own.\"\"\"
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return []
-    names = []
-    for stmt in tree.body:
-        body = stmt.body if isinstance(stmt, ast.Try) else [stmt]
-        if isinstance(stmt, ast.Expr) and isinstance(getattr(stmt, "value", None), ast.Constant):
-            continue
-        if not all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body):
-            break
-        for s in body:
-            if isinstance(s, ast.Import):
-                names.extend(a.name for a in s.names)
-            elif s.level == 0 and s.module and s.module != "__future__":
-                names.append(s.module)
-                names.extend(f"{s.module}.{a.name}" for a in s.names if a.name != "*")
-    return names
-
-
-class MapPlugin:
-    def __init__(self):
-        self.collected = 0
-        self.ran = set()
-        self.items = {}
-        self.errors = []
-        self.shared = set()  # test modules whose import also imported project modules
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_make_collect_report(self, collector):
-        if type(collector) is not pytest.Module:
-            yield
-            return
-        # Import what the module imports first under the shared context, so what its own
-        # module-level code runs afterwards is what gets recorded with it.
-        here = os.path.dirname(str(collector.path))
-        sys.path.insert(0, here)
-        try:
-            for name in leading_imports(str(collector.path)):
-                try:
-                    importlib.import_module(name)
-                except BaseException as exc:  # noqa: BLE001 - pytest reports the real import error
-                    if isinstance(exc, KeyboardInterrupt):
-                        raise
-        finally:
-            sys.path.remove(here)
-        before = set(sys.modules)
-        name = rel(collector.path)
-        cov.switch_context(IMPORT + name)
-        try:
-            yield
-        finally:
-            cov.switch_context("")
-        mine = os.path.abspath(str(collector.path))
-        for mod in set(sys.modules) - before:
-            path = getattr(sys.modules.get(mod), "__file__", None)
-            if path and project_file(path) and os.path.abspath(path) != mine:
-                self.shared.add(name)
-                break
-
-    def pytest_collectreport(self, report):
-        if report.failed:
-            lines = str(report.longrepr).strip().splitlines()
-            message = next((ln for ln in reversed(lines) if ln.strip() and not ln.startswith("_")), "")
-            message = message[1:] if message.startswith("E ") else message  # pytest's error marker
-            if any(e["path"] == (report.nodeid or "") for e in self.errors):
-                return  # the same module again, collected as doctests too (--doctest-modules)
-            self.errors.append({"path": report.nodeid or "", "message": message.strip()[:300]})
-
-    def pytest_collection_finish(self, session):
-        self.collected = len(session.items)
-        self.items = {item.nodeid: item.nodeid.split("::")[0] for item in session.items}
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item, nextitem):
-        self.ran.add(item.nodeid)
-        cov.switch_context(item.nodeid)
-        yield
-        cov.switch_context("")
-
-
-# Plugins that would record coverage themselves, or run the tests in other processes, take the
-# tests away from this process's coverage: the map would be empty. Turned off, and said so.
-# With PYTEST_DISABLE_PLUGIN_AUTOLOAD an installed plugin loads only where `-p` names it; its
-# options would otherwise be "unrecognized arguments".
-def will_load(name):
-    if importlib.util.find_spec(name) is None:
-        return False
-    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return True
-    named = [*sys.argv[4:], os.environ.get("PYTEST_ADDOPTS", ""), os.environ.get("PYTEST_PLUGINS", "")]
-    for ini in ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
-        try:
-            with open(ini, encoding="utf-8", errors="replace") as f:
-                named.append(f.read())
-        except OSError:
-            pass
-    plugins = os.environ.get("PYTEST_PLUGINS", "").replace(" ", "").split(",")
-    return name in plugins or re.search(r"-p\\s*" + re.escape(name) + r"\\b", " ".join(named)) is not None
-
-
-TURNED_OFF = []
-if will_load("pytest_cov"):
-    ARGS += ["--no-cov"]
-    TURNED_OFF.append("pytest-cov (--no-cov)")
-if will_load("xdist"):
-    ARGS += ["-n", "0", "--dist", "no"]
-    TURNED_OFF.append("pytest-xdist (-n 0)")
-
-plugin = MapPlugin()
-try:
-    code = pytest.main(ARGS, plugins=[plugin])
-finally:
-    cov.stop()
-    cov.save()
-data = cov.get_data()
-tests, index, files, import_lines, imported_by = [], {}, {}, {}, {}
-for path in sorted(data.measured_files()):
-    if not project_file(path):
-        continue
-    relpath = rel(path)
-    for line, contexts in sorted((data.contexts_by_lineno(path) or {}).items()):
-        for ctx in contexts:
-            if ctx.startswith(IMPORT):
-                module = ctx[len(IMPORT):]
-                # A test module's own lines are its structure (the edited-tests signal's business).
-                if module not in plugin.shared and module != relpath:
-                    imported_by.setdefault(relpath, {}).setdefault(line, []).append(module)
-                    continue
-                ctx = ""
-            if not ctx:
-                import_lines.setdefault(relpath, []).append(line)
-                continue
-            if ctx not in index:
-                index[ctx] = len(tests)
-                tests.append(ctx)
-            files.setdefault(relpath, {}).setdefault(line, []).append(index[ctx])
-not_run = sorted({f for n, f in plugin.items.items() if n not in plugin.ran})
-health = {
-    "tests_collected": plugin.collected,
-    "tests_ran": len(plugin.ran),
-    "collection_errors": plugin.errors,
-    "not_run": not_run,
-    "exit_code": int(code),
-    "turned_off": TURNED_OFF,
-}
-doc = {"format": "@FORMAT@", "tests": tests, "files": files, "import_lines": import_lines,
-       "imported_by": imported_by, "health": health}
-with open(OUT, "w") as f:
-    json.dump(doc, f)
-sys.exit(int(code))
-""".replace("@FORMAT@", MAP_FORMAT).replace("@IMPORT@", IMPORT_CONTEXT)
 
 
 def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
@@ -337,7 +204,7 @@ def coverage_step(settings: TestSettings, timeout_s: float = 3600) -> Step:
         argv=argv,
         timeout_s=timeout_s,
         network=False,
-        inject={DRIVER_PATH: _DRIVER},
+        inject={DRIVER_PATH: DRIVER},
         collect=[OUTPUT_PATH],
         collect_max_bytes=COVERAGE_MAP_MAX_BYTES,
     )
@@ -394,6 +261,10 @@ def parse_coverage_db(data: bytes | str, root: str | None = None) -> CoverageMap
         cmap = CoverageMap.model_validate(doc)
     except ValidationError as exc:
         raise CoverageMapError(f"malformed coverage map: {exc.errors()[0]['msg']}") from None
+    indexes = [i for by_line in cmap.files.values() for ids in by_line.values() for i in ids]
+    indexes += [i for ids in cmap.fixture_users.values() for i in ids]
+    if any(not 0 <= i < len(cmap.tests) for i in indexes):
+        raise CoverageMapError(f"malformed coverage map: a test index outside its {len(cmap.tests)} tests")
     return _normalise(cmap)
 
 
@@ -503,6 +374,15 @@ def _normalise(cmap: CoverageMap) -> CoverageMap:
         path: {line: sorted(set(files)) for line, files in sorted(by_line.items())}
         for path, by_line in sorted(cmap.imported_by.items())
     }
+    cmap.built_by = {
+        path: {line: sorted(set(origins)) for line, origins in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.built_by.items())
+    }
+    cmap.fixture_lines = {
+        path: {line: sorted(set(names)) for line, names in sorted(by_line.items())}
+        for path, by_line in sorted(cmap.fixture_lines.items())
+    }
+    cmap.fixture_users = {name: sorted(set(ids)) for name, ids in sorted(cmap.fixture_users.items())}
     cmap.format = MAP_FORMAT
     return cmap
 

@@ -191,27 +191,66 @@ def rebase_map(cmap: CoverageMap, since: ChangeSet) -> CoverageMap:
     files = dict(cmap.files)
     import_lines = dict(cmap.import_lines)
     imported_by = dict(cmap.imported_by)
+    built_by = dict(cmap.built_by)
+    fixture_lines = dict(cmap.fixture_lines)
     unmapped: dict[str, list[int]] = {}
+    moves: dict[str, tuple[str, dict[int, int]] | None] = {}  # old path → new path and lines; None: gone
     for fc in since.files:
         old = fc.base_path
         if not old.endswith(".py") and PurePosixPath(fc.path).suffix != ".py":
             continue
         by_line, imports, importers = files.pop(old, {}), import_lines.pop(old, []), imported_by.pop(old, {})
+        origins, fixtures = built_by.pop(old, {}), fixture_lines.pop(old, {})
         if fc.status == FileStatus.DELETED or fc.head_text is None or fc.base_text is None:
+            moves[old] = None
             continue
         moved, added = _line_moves(fc.base_text, fc.head_text)
+        moves[old] = (fc.path, moved)
         files[fc.path] = {moved[n]: ids for n, ids in by_line.items() if n in moved}
         import_lines[fc.path] = [moved[n] for n in imports if n in moved]
         imported_by[fc.path] = {moved[n]: t for n, t in importers.items() if n in moved}
+        built_by[fc.path] = {moved[n]: o for n, o in origins.items() if n in moved}
+        fixture_lines[fc.path] = {moved[n]: f for n, f in fixtures.items() if n in moved}
         unmapped[fc.path] = added
     return cmap.model_copy(
         update={
             "files": files,
             "import_lines": import_lines,
             "imported_by": imported_by,
+            "built_by": _move_origins(built_by, moves),
+            "fixture_lines": fixture_lines,
             "unmapped": unmapped,
         }
     )
+
+
+def _move_origins(
+    built_by: dict[str, dict[int, list[str]]], moves: dict[str, tuple[str, dict[int, int]] | None]
+) -> dict[str, dict[int, list[str]]]:
+    """Origins (``module:line``) moved with their modules' lines. A line one of whose origins is
+    gone loses them all: the selection then attributes it as it would without origins."""
+    out: dict[str, dict[int, list[str]]] = {}
+    for path, by_line in built_by.items():
+        kept: dict[int, list[str]] = {}
+        for line, origins in by_line.items():
+            new: list[str] = []
+            for origin in origins:
+                module, _, at = origin.rpartition(":")
+                move = moves.get(module, (module, None))
+                target = None if move is None or not at.isdigit() else move
+                if target is None:
+                    break
+                lines = target[1]
+                if lines is None:
+                    new.append(origin)
+                elif int(at) in lines:
+                    new.append(f"{target[0]}:{lines[int(at)]}")
+                else:
+                    break
+            else:
+                kept[line] = new
+        out[path] = kept
+    return out
 
 
 def _line_moves(old_text: str, new_text: str) -> tuple[dict[int, int], list[int]]:
