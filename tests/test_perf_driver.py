@@ -23,6 +23,7 @@ from runner.backends.base import StepResult
 from runner.backends.host import HostRunner
 from runner.perf.stats import compare_all
 from runner.perf.step import RESULTS_PATH, PerfPlan, PerfRunError, parse_results, perf_step
+from runner.perf.worker import choose_clock
 
 FAST = {
     "processes": 2,
@@ -529,3 +530,51 @@ def test_results_the_bot_cannot_trust_are_refused_with_a_reason():
     nothing = StepResult(name="performance", exit_code=None, timed_out=True, duration_s=3600)
     with pytest.raises(PerfRunError, match="wrote no results"):
         parse_results(nothing)
+
+
+# --- the clock a benchmark is read with ----------------------------------------------------------
+
+CLOCKS = """
+    import time
+
+    def compute():
+        return sum(i * i for i in range(300))
+
+    def wait():
+        time.sleep(0.001)
+
+    def test_computes(benchmark):
+        benchmark(compute)
+
+    def test_waits(benchmark):
+        benchmark(wait)
+    """
+
+
+async def test_code_that_computes_is_read_on_the_cpu_clock_and_code_that_waits_on_the_wall_clock(tmp_path):
+    # On a busy machine the scheduler takes the CPU from a round now and then; the process's CPU
+    # time does not count the wait, so a computing benchmark's rounds stay its own. A sleep (or
+    # I/O, or waiting on another process) is not CPU time: what it costs is read on the wall clock.
+    for side in ("base", "head"):
+        write_tree(tmp_path / side, {"tests/test_clocks.py": CLOCKS})
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}]))
+
+    clocks = {b.name.rsplit("::", 1)[1]: b.clock for b in report.benchmarks}
+    assert clocks == {"test_computes": "cpu", "test_waits": "wall"}
+
+
+@pytest.mark.parametrize(
+    ("shares", "cpus", "cuda", "clock"),
+    [
+        ({"base": 0.99, "head": 0.97}, [1], False, "cpu"),
+        ({"base": 0.99, "head": 0.4}, [1], False, "wall"),  # head waits: what it waits for counts
+        ({"base": 0.99}, [1], False, "wall"),  # a side that never calibrated
+        ({"base": 0.99, "head": 0.99}, [0, 1], False, "wall"),  # several CPUs: CPU time is not latency
+        ({"base": 0.99, "head": 0.99}, None, False, "wall"),  # not pinned
+        ({"base": 0.2, "head": 0.2}, [1], True, "cuda"),  # a process initialised CUDA: its events
+        ({"base": 0.99, "head": 0.99}, [0, 1], True, "cuda"),
+    ],
+)
+def test_the_clock_is_chosen_from_what_the_benchmark_does_where(shares, cpus, cuda, clock):
+    assert choose_clock(shares, cpus, cuda) == clock

@@ -23,7 +23,7 @@ Warm-up rounds are discarded. Only the driver decides when anything is timed, so
 neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
 side; its own samples' median is the round's value.
 
-(About 550 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
+(About 600 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
 place; what need not be here is in the helpers.)
 
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
@@ -47,8 +47,8 @@ from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
 from paritybot_perf_command import parse_command_output
 from paritybot_perf_guard import Guard, harness_changes
 from paritybot_perf_process import Worker
-from paritybot_perf_sequential import decisive, look_budgets, pair_summaries
-from paritybot_perf_worker import PATHS_VARIABLE, selected
+from paritybot_perf_sequential import decisive, estimate, look_budgets
+from paritybot_perf_worker import PATHS_VARIABLE, choose_clock, selected
 from paritybot_perf_worker import clip as _clip
 
 VERSION = 1
@@ -61,6 +61,10 @@ LIB_DIR = os.path.dirname(SCRIPT)  # the driver's modules, and nothing of the ru
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
+# Process pairs started first; more, up to ``processes``, only for a benchmark these leave undecided
+# at half its budget (each process costs an interpreter, the project's imports and a collection).
+FIRST_PAIRS = 4
+PHASES = ("start", "set_up", "measure", "grow", "finish")
 
 
 def _side_env(spec, side, lib_dir):
@@ -106,6 +110,7 @@ class Driver:
         self.skipped = []  # benchmarks their own setup skipped (asv: NotImplementedError)
         self.family = 1  # the benchmarks of the run, whose comparisons are held together
         self.saved = 0.0  # measuring time decisive benchmarks left to undecided ones
+        self.phases = dict.fromkeys(PHASES, 0.0)  # where the wall time went, for the reader
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
@@ -132,10 +137,12 @@ class Driver:
         """Start every process at once; each lists its side's benchmarks; the common ones are run."""
         if kind["kind"] == "asv" and not self._asv_config_read(kind):
             return
-        slots = [(side, k) for k in range(self.spec["processes"]) for side in SIDES]
+        slots = [(side, k) for k in range(min(FIRST_PAIRS, self.spec["processes"])) for side in SIDES]
         workers = {slot: self._start(kind, slot) for slot in slots}
+        self.growth = (kind, slots)
         try:
-            found = self._collected(kind, workers)
+            with self._phase("start"):
+                found = self._collected(kind, workers)
             if found is None:
                 return
             base, head = set(found["base"]), set(found["head"])
@@ -159,17 +166,18 @@ class Driver:
                 if not self.guard.check(time.monotonic()):
                     return
                 name = remaining.pop(0)
-                result = self._measure(kind, name, workers)
+                result = self._measure(kind, name, workers, remaining)
                 if result.pop("skipped", None):
                     self.skipped.append(name)
                 else:
                     self.results.append(result)
-                for slot in slots:
-                    error = self._finish(workers[slot], name)
-                    if error and not result["error"]:
-                        result["error"] = {"side": slot[0], "message": error}
-                    if workers[slot].lost:
-                        workers.pop(slot).close()
+                with self._phase("finish"):
+                    for slot in slots:
+                        error = self._finish(workers[slot], name)
+                        if error and not result["error"]:
+                            result["error"] = {"side": slot[0], "message": error}
+                        if workers[slot].lost:
+                            workers.pop(slot).close()
         finally:
             for worker in workers.values():
                 worker.stop()
@@ -243,12 +251,44 @@ class Driver:
                 return event
         return {"ev": "error", "message": "its process was lost earlier"}
 
-    def _measure(self, kind, name, workers):
+    @contextlib.contextmanager
+    def _phase(self, phase):
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] += time.monotonic() - began
+
+    def _grow(self, name, workers, remaining):
+        """Start more process pairs, up to ``processes``, for this benchmark and the ones after it;
+        the number of pairs now running."""
+        kind, slots = self.growth
+        pairs = len(slots) // 2
+        added = [(side, k) for k in range(pairs, min(2 * pairs, self.spec["processes"])) for side in SIDES]
+        for slot in added:
+            workers[slot] = self._start(kind, slot)
+        slots += added
+        for slot in added:
+            worker = workers[slot]
+            for step in ("collected", "ready"):
+                if step == "ready":
+                    worker.send(cmd="plan", names=[name, *remaining])
+                event = self._await(
+                    worker, name if step == "ready" else None, (step,), self.spec["timeout_s"]
+                )
+                if event["ev"] == "error":
+                    return None, {"side": slot[0], "message": _clip(event.get("message", ""))}
+            self._pin(worker)
+        return len(slots) // 2, None
+
+    def _measure(self, kind, name, workers, remaining):
         """All rounds of one benchmark: the process pairs take turns, and so does the side first."""
         spec = self.spec
         timeout = spec["timeout_s"]
         result = {"kind": kind["kind"], "name": name, "unit": "s", "rounds": [], "warmup": 0, "error": None}
-        estimates, fixed = [], None
+        estimates, fixed, cuda = [], None, False
+        shares: dict = {}  # per side, the largest CPU share of a calibration try
+        set_up = time.monotonic()
         for step, expected in (("ready", ("ready", "skipped")), ("calibrate", ("calibrated",))):
             for (side, _), worker in sorted(workers.items()):
                 if step == "calibrate":
@@ -264,12 +304,16 @@ class Driver:
                 if step == "calibrate":
                     estimates.append(float(event.get("estimate") or 0.0))
                     fixed = event.get("fixed") or fixed
+                    shares[side] = max(shares.get(side, 0.0), float(event.get("cpu_share") or 0.0))
+                    cuda = cuda or bool(event.get("cuda"))
+        self.phases["set_up"] += time.monotonic() - set_up
         # The least disturbed calibration is the closest to the code's own cost.
         estimate = min(estimates) or 1e-9
         n = int(fixed) if fixed else max(1, int(spec["round_time_s"] / estimate))
         result["iterations"] = n
         result["preempted"] = 0
-        pairs = spec["processes"]
+        result["clock"] = clock = choose_clock(shares, self.cpus, cuda)
+        pairs = len(workers) // 2
         # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
         # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
         per_turn = max(1, int(TURN_S / (n * estimate)))
@@ -280,6 +324,8 @@ class Driver:
         looks = look_budgets(spec["max_time_s"])
         looks[-1] += extra
         started, spent, turn, looked = time.monotonic(), 0.0, 0, 0
+        turns_of: dict = {}  # per pair, its turns so far: its first are warm-up
+        measuring = started
         rounds = result["rounds"]
         result["looks"] = len(looks)
         while len(rounds) < spec["max_rounds"]:
@@ -292,14 +338,25 @@ class Driver:
                 looked += 1
                 if looked == len(looks) or self._decisive(rounds, len(looks)):
                     break
+                if looked == len(looks) - 1 and pairs < spec["processes"]:
+                    # Undecided at half its budget: more processes, for it and the ones after it.
+                    growing = time.monotonic()
+                    with self._phase("grow"):
+                        pairs, error = self._grow(name, workers, remaining)
+                    if error:
+                        result["error"] = error
+                        return result
+                    started += time.monotonic() - growing
+                    measuring += time.monotonic() - growing
             pair = turn % pairs
             first = SIDES[(turn // pairs) % 2]
-            warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
+            turns_of[pair] = turns_of.get(pair, 0) + 1
+            warming = turns_of[pair] <= spec["warmup"]  # each pair of processes warms up
             count = 1 if warming else min(per_turn, spec["max_rounds"] - len(rounds))
             got = {}
             for side in (first, other(first)):
                 worker = workers[(side, pair)]
-                worker.send(cmd="run", name=name, n=n, rounds=count)
+                worker.send(cmd="run", name=name, n=n, rounds=count, clock=clock)
                 event = self._await(worker, name, ("rounds",), timeout + 40 * count * n * estimate)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
@@ -320,6 +377,7 @@ class Driver:
                 else:
                     rounds.append({"base": base, "head": head, "first": first, "process": pair})
         self.saved += max(0.0, spec["max_time_s"] + extra - spent)
+        self.phases["measure"] += time.monotonic() - measuring
         return result
 
     def _covered(self, rounds, pairs):
@@ -331,8 +389,8 @@ class Driver:
         and the run's error shared by its benchmarks (the strictest share: the verdict's is no
         stricter, so what is decisive here stays so)."""
         alpha = self.spec["error"] / max(1, self.family) / looks
-        summaries = pair_summaries([(r["process"], r["base"], r["head"]) for r in rounds])
-        return decisive(summaries, alpha, self.spec["threshold"])
+        found = estimate([(r["process"], r["base"], r["head"]) for r in rounds])
+        return decisive(found, alpha, self.spec["threshold"])
 
     def _pin(self, worker):
         """Pin every thread of a benchmark process once it is set up (it started on every CPU)."""
@@ -522,6 +580,7 @@ def main(spec_path, out_path):
         "discovered": driver.discovered,
         "warnings": driver.warnings[:20],
         "tampered": driver.guard.broken,
+        "phases": {k: round(v, 3) for k, v in driver.phases.items()},
     }
     if driver.guard.broken:
         report["benchmarks"] = []  # measured against a reference that was changed: worth nothing
