@@ -368,7 +368,12 @@ class Driver:
                 spent += (base + head) * n
                 if warming:
                     result["warmup"] += 1
-                elif (base_cut or head_cut) and not late and result["preempted"] < len(rounds) + 10:
+                elif (
+                    (base_cut or head_cut)
+                    and clock == "wall"  # the CPU clock and CUDA events do not count the wait
+                    and not late
+                    and result["preempted"] < len(rounds) + 10
+                ):
                     # The scheduler took the CPU from a side during this round: it measured the
                     # neighbours, not the code, and is dropped, as long as no more rounds were
                     # dropped than kept (and twice the benchmark's time has not passed): on a machine
