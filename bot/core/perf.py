@@ -96,6 +96,12 @@ class DriverReport(Model):
     phases: dict[Literal["start", "set_up", "measure", "grow", "finish"], float] = Field(
         default_factory=dict, description="where the run's wall time went, seconds per phase"
     )
+    users: dict[Side, int] = Field(
+        default_factory=dict, description="the user each side's processes ran as, when each had its own"
+    )
+    same_user: str | None = Field(
+        None, max_length=MAX_MESSAGE, description="why both sides ran as the run's own user"
+    )
     tampered: str | None = Field(
         None, max_length=MAX_MESSAGE, description="why the comparison is refused: the reference changed"
     )

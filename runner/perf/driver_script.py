@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
 from paritybot_perf_command import parse_command_output
-from paritybot_perf_guard import Guard, harness_changes
+from paritybot_perf_guard import Guard, become, harness_changes, side_users
 from paritybot_perf_process import Worker
 from paritybot_perf_sequential import decisive, estimate, look_budgets
 from paritybot_perf_worker import PATHS_VARIABLE, choose_clock, selected
@@ -103,6 +104,7 @@ class Driver:
         self.scratch = scratch
         self.cpus = cpus
         self.envs = {side: _side_env(spec, side, os.path.dirname(SCRIPT)) for side in SIDES}
+        self.users, self.same_user = side_users(self._reached())
         self.results = []
         self.errors = []
         self.discovered = {}
@@ -111,6 +113,36 @@ class Driver:
         self.family = 1  # the benchmarks of the run, whose comparisons are held together
         self.saved = 0.0  # measuring time decisive benchmarks left to undecided ones
         self.phases = dict.fromkeys(PHASES, 0.0)  # where the wall time went, for the reader
+
+    def _reached(self):
+        """What each side's processes must read or run: the checkouts, the driver, the interpreters
+        and commands."""
+        found = [LIB_DIR, self.scratch]
+        for side in SIDES:
+            found.append(self.spec["sides"][side]["root"])
+            programs = [k["argv"][0] for k in self.spec["kinds"] if k["kind"] == "command" and k.get("argv")]
+            if any(k["kind"] != "command" for k in self.spec["kinds"]):
+                programs.append(self.spec["sides"][side].get("python", "python3"))
+            for program in programs:
+                where = shutil.which(program, path=self.envs[side].get("PATH"))
+                if where is None and os.sep in program:
+                    where = os.path.join(self.spec["sides"][side]["root"], program)
+                found.append(where or program)
+        return found
+
+    def _preexec(self, side, pin=False):
+        """What a process of ``side`` runs before its program: pinned (a command, which is timed
+        from its start), then its own user, where there is one."""
+        switch = become(self.users[side]) if self.users else None
+        cpus = self.cpus if pin else None
+
+        def preexec():
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+            if switch is not None:
+                switch()
+
+        return preexec
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
@@ -223,9 +255,16 @@ class Driver:
         tag = f"{side}-{index}"
         argv = self._worker_argv(kind, side)
         if kind["kind"] == "pytest":
-            # pytest's tmp_path directories go with the run's files, not the machine's temp dir.
-            argv.append("--basetemp=" + os.path.join(self.scratch, "pytest-" + tag))
-        return Worker(side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch)
+            # pytest's tmp_path directories go with the run's files, not the machine's temp dir, in
+            # a directory the process's user owns.
+            own = os.path.join(self.scratch, "pytest-" + tag)
+            os.makedirs(own, exist_ok=True)
+            if self.users:
+                os.chown(own, self.users[side], self.users[side])
+            argv.append("--basetemp=" + os.path.join(own, "tmp"))
+        return Worker(
+            side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch, self._preexec(side)
+        )
 
     def _await(self, worker, name, expected, timeout):
         """The next event of ``worker`` about ``name`` among ``expected`` or ``error``.
@@ -475,7 +514,7 @@ class Driver:
                     stdout=out,
                     stderr=subprocess.DEVNULL,
                     timeout=self.spec["timeout_s"],
-                    preexec_fn=self._pin_self,
+                    preexec_fn=self._preexec(side, pin=True),
                 )
             except subprocess.TimeoutExpired:
                 return {}, "the command timed out after {:.0f} s on {}".format(self.spec["timeout_s"], side)
@@ -484,10 +523,6 @@ class Driver:
         if proc.returncode != 0:
             return {}, f"the command exited with code {proc.returncode} on {side}"
         return parse_command_output(text, side)
-
-    def _pin_self(self):
-        if self.cpus is not None:
-            os.sched_setaffinity(0, self.cpus)
 
     # The run ---------------------------------------------------------------------------------
 
@@ -585,6 +620,8 @@ def main(spec_path, out_path):
         "discovered": driver.discovered,
         "warnings": driver.warnings[:20],
         "tampered": driver.guard.broken,
+        "users": driver.users or {},
+        "same_user": driver.same_user,
         "phases": {k: round(v, 3) for k, v in driver.phases.items()},
     }
     if driver.guard.broken:

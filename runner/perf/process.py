@@ -21,7 +21,7 @@ MAX_LINE = 1 << 16  # what one benchmark process may send in one line: the drive
 class Worker:
     """One side's benchmark process and the pipes to it."""
 
-    def __init__(self, side, tag, argv, spec_side, env, scratch):
+    def __init__(self, side, tag, argv, spec_side, env, scratch, preexec=None):
         self.side = side
         self.log_path = os.path.join(scratch, tag + ".log")
         to_worker, self._cmd = os.pipe()
@@ -36,6 +36,7 @@ class Worker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(to_worker, from_worker),
+                preexec_fn=preexec,
             )
         os.close(to_worker)
         os.close(from_worker)
