@@ -130,11 +130,14 @@ class Driver:
                 found.append(where or program)
         return found
 
-    def _preexec(self, side, pin=False):
+    def _preexec(self, side, pin=False, away=False):
         """What a process of ``side`` runs before its program: pinned (a command, which is timed
-        from its start), then its own user, where there is one."""
+        from its start), or kept off the measuring CPUs while it starts (``away``, where others
+        are left), then its own user, where there is one."""
         switch = become(self.users[side]) if self.users else None
         cpus = self.cpus if pin else None
+        if away and self.cpus is not None and hasattr(os, "sched_getaffinity"):
+            cpus = sorted(set(os.sched_getaffinity(0)) - set(self.cpus)) or None
 
         def preexec():
             if cpus is not None:
@@ -172,6 +175,8 @@ class Driver:
         slots = [(side, k) for k in range(min(FIRST_PAIRS, self.spec["processes"])) for side in SIDES]
         workers = {slot: self._start(kind, slot) for slot in slots}
         self.growth = (kind, slots)
+        # slot → process started for an undecided benchmark, not yet taking turns
+        self.joining: dict = {}
         try:
             with self._phase("start"):
                 found = self._collected(kind, workers)
@@ -210,8 +215,9 @@ class Driver:
                             result["error"] = {"side": slot[0], "message": error}
                         if workers[slot].lost:
                             workers.pop(slot).close()
+                    self._move_on(name, remaining)
         finally:
-            for worker in workers.values():
+            for worker in [*workers.values(), *self.joining.values()]:
                 worker.stop()
                 worker.close()
 
@@ -250,7 +256,7 @@ class Driver:
             if warning not in self.warnings:
                 self.warnings.append(_clip(warning, 600))
 
-    def _start(self, kind, slot):
+    def _start(self, kind, slot, away=False):
         side, index = slot
         tag = f"{side}-{index}"
         argv = self._worker_argv(kind, side)
@@ -263,7 +269,13 @@ class Driver:
                 os.chown(own, self.users[side], self.users[side])
             argv.append("--basetemp=" + os.path.join(own, "tmp"))
         return Worker(
-            side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch, self._preexec(side)
+            side,
+            tag,
+            argv,
+            self.spec["sides"][side],
+            self.envs[side],
+            self.scratch,
+            self._preexec(side, away=away),
         )
 
     def _await(self, worker, name, expected, timeout):
@@ -298,27 +310,55 @@ class Driver:
         finally:
             self.phases[phase] += time.monotonic() - began
 
-    def _grow(self, name, workers, remaining):
-        """Start more process pairs, up to ``processes``, for this benchmark and the ones after it;
-        the number of pairs now running."""
+    def _grow(self):
+        """Start more process pairs, up to twice as many (at most ``processes``), in the
+        background: they list the benchmarks while the others measure, on the CPUs the measuring
+        does not use where there are any, and take turns once set up (:meth:`_join`)."""
         kind, slots = self.growth
-        pairs = len(slots) // 2
-        added = [(side, k) for k in range(pairs, min(2 * pairs, self.spec["processes"])) for side in SIDES]
-        for slot in added:
-            workers[slot] = self._start(kind, slot)
-        slots += added
-        for slot in added:
-            worker = workers[slot]
-            for step in ("collected", "ready"):
-                if step == "ready":
+        pairs = (len(slots) + len(self.joining)) // 2
+        for k in range(pairs, min(2 * pairs, self.spec["processes"])):
+            for side in SIDES:
+                worker = self._start(kind, (side, k), away=True)
+                worker.stage = None  # listing its benchmarks
+                self.joining[(side, k)] = worker
+
+    def _join(self, name, remaining, workers):
+        """Take the joining processes' news without waiting; a pair whose two processes are set up
+        for ``name`` takes turns from now on (pinned like the others). The pairs now taking turns."""
+        slots = self.growth[1]
+        for slot, worker in list(self.joining.items()):
+            while slot in self.joining:
+                event = worker.receive(0)
+                what = event.get("ev")
+                if what == "timeout":
+                    break
+                if what in ("exit", "fatal") or (what == "error" and worker.stage is None):
+                    worker.kill()  # a process that could not start: the others measure without it
+                    worker.close()
+                    del self.joining[slot]
+                elif what == "collected" and worker.stage is None:
                     worker.send(cmd="plan", names=[name, *remaining])
-                event = self._await(
-                    worker, name if step == "ready" else None, (step,), self.spec["timeout_s"]
-                )
-                if event["ev"] == "error":
-                    return None, {"side": slot[0], "message": _clip(event.get("message", ""))}
-            self._pin(worker)
-        return len(slots) // 2, None
+                    worker.stage = name
+                elif what == "ready" and event.get("name") == worker.stage == name:
+                    worker.stage = "ready"
+        for k in sorted({k for _, k in self.joining}):
+            pair = [self.joining.get((side, k)) for side in SIDES]
+            ready = [w for w in pair if w is not None and w.stage == "ready"]
+            if len(ready) == len(SIDES):
+                for side, worker in zip(SIDES, ready):
+                    del self.joining[(side, k)]
+                    worker.stage = None
+                    self._pin(worker)
+                    workers[(side, k)] = worker
+                    slots.append((side, k))
+        return sorted({k for _, k in workers})
+
+    def _move_on(self, name, remaining):
+        """At the end of ``name``: joining processes set up for it go on to the next benchmark."""
+        for worker in self.joining.values():
+            if worker.stage in (name, "ready"):
+                worker.send(cmd="stop", name=name)
+                worker.stage = remaining[0] if remaining else "done"
 
     def _measure(self, kind, name, workers, remaining):
         """All rounds of one benchmark: the process pairs take turns, and so does the side first."""
@@ -352,7 +392,7 @@ class Driver:
         result["iterations"] = n
         result["preempted"] = 0
         result["clock"] = clock = choose_clock(shares, self.cpus, cuda)
-        pairs = len(workers) // 2
+        active = sorted({k for _, k in workers})
         # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
         # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
         per_turn = max(1, int(TURN_S / (n * estimate)))
@@ -373,22 +413,19 @@ class Driver:
             late = time.monotonic() - started >= 2 * looks[-1]
             if late and len(rounds) >= spec["min_rounds"]:
                 break
-            if self._covered(rounds, pairs) and spent >= looks[looked]:
+            if self.joining:
+                active = self._join(name, remaining, workers)
+            if self._covered(rounds, active) and spent >= looks[looked]:
                 looked += 1
                 if looked == len(looks) or self._decisive(rounds, len(looks)):
                     break
-                if looked == len(looks) - 1 and pairs < spec["processes"]:
-                    # Undecided at half its budget: more processes, for it and the ones after it.
-                    growing = time.monotonic()
+                if looked == 2 and not self.joining and len(active) < spec["processes"]:
+                    # Undecided at a quarter of its budget: more processes, for it and the ones
+                    # after it, starting while these measure.
                     with self._phase("grow"):
-                        pairs, error = self._grow(name, workers, remaining)
-                    if error:
-                        result["error"] = error
-                        return result
-                    started += time.monotonic() - growing
-                    measuring += time.monotonic() - growing
-            pair = turn % pairs
-            first = SIDES[(turn // pairs) % 2]
+                        self._grow()
+            pair = active[turn % len(active)]
+            first = SIDES[(turn // len(active)) % 2]
             turns_of[pair] = turns_of.get(pair, 0) + 1
             warming = turns_of[pair] <= spec["warmup"]  # each pair of processes warms up
             count = 1 if warming else min(per_turn, spec["max_rounds"] - len(rounds))
@@ -424,9 +461,9 @@ class Driver:
         self.phases["measure"] += time.monotonic() - measuring
         return result
 
-    def _covered(self, rounds, pairs):
-        """Enough rounds to look: the minimum, and some from every process pair."""
-        return len(rounds) >= self.spec["min_rounds"] and len({r["process"] for r in rounds}) >= pairs
+    def _covered(self, rounds, active):
+        """Enough rounds to look: the minimum, and some from every process pair taking turns."""
+        return len(rounds) >= self.spec["min_rounds"] and {r["process"] for r in rounds} >= set(active)
 
     def _decisive(self, rounds, looks):
         """Whether the interval is decisive at this look, each look held to 1/looks of the error

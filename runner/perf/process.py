@@ -43,6 +43,7 @@ class Worker:
         self._buffer = b""
         self.lost = False
         self.pinned = False
+        self.stage = None  # a process joining the turns: what it is getting ready for
 
     def send(self, **message):
         # A process that is gone says so with its next event.
@@ -63,10 +64,10 @@ class Worker:
                     return event
                 continue
             left = deadline - time.monotonic()
-            if left <= 0:
-                return {"ev": "timeout"}
-            ready, _, _ = select.select([self._events], [], [], left)
+            ready, _, _ = select.select([self._events], [], [], max(0.0, left))
             if not ready:
+                if left <= 0:
+                    return {"ev": "timeout"}
                 continue
             chunk = os.read(self._events, 65536)
             if not chunk:
