@@ -368,10 +368,15 @@ class Driver:
         estimates, fixed, cuda = [], None, False
         shares: dict = {}  # per side, the largest CPU share of a calibration try
         set_up = time.monotonic()
+        # One process a side calibrates (its first pair's): on a busy machine each process asked is
+        # a wait for the CPU, and the others' first turn is a warm-up round anyway.
+        calibrating = min(k for _, k in workers)
         for step, expected in (("ready", ("ready", "skipped")), ("calibrate", ("calibrated",))):
-            for (side, _), worker in sorted(workers.items()):
+            for (side, k), worker in sorted(workers.items()):
                 if step == "calibrate":
                     self._pin(worker)
+                    if k != calibrating:
+                        continue
                     worker.send(cmd="calibrate", name=name)
                 event = self._await(worker, name, expected, timeout)
                 if event["ev"] == "error":
