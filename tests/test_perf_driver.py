@@ -581,3 +581,28 @@ async def test_code_that_computes_is_read_on_the_cpu_clock_and_code_that_waits_o
 )
 def test_the_clock_is_chosen_from_what_the_benchmark_does_where(shares, cpus, cuda, clock):
     assert choose_clock(shares, cpus, cuda) == clock
+
+
+RESULT_CHECKED = """
+    def work():
+        return sum(range(100))
+
+    def test_checks_its_result(benchmark):
+        assert benchmark(work) == 4950
+    """
+
+
+async def test_a_process_the_benchmark_ended_before_its_turn_still_gives_the_test_its_result(tmp_path):
+    # Two rounds end the benchmark within the first pair's first turn: the other pairs' processes
+    # never calibrate nor time it, and the test's check on the result must pass there too.
+    for side in ("base", "head"):
+        write_tree(tmp_path / side, {"tests/test_r.py": RESULT_CHECKED})
+    plan = make_plan(
+        [{"kind": "pytest", "args": ["tests"]}], processes=3, warmup=0, min_rounds=1, max_rounds=2
+    )
+
+    report = await run_perf(tmp_path, plan)
+
+    (bench,) = report.benchmarks
+    assert bench.error is None, bench.error
+    assert {r.process for r in bench.rounds} == {0}
