@@ -193,3 +193,20 @@ async def test_where_the_checkouts_are_closed_to_other_users_both_sides_run_as_t
 
     assert report.users == {}
     assert report.same_user is not None and "is closed to other users" in report.same_user
+
+
+async def test_a_benchmark_the_first_pairs_decide_starts_no_more_processes(tmp_path):
+    # Three times slower: decided by the four pairs started first, at the first look. Starting all
+    # eight per side up front cost more wall time than the measuring itself on small suites.
+    write_tree(tmp_path / "base", SUITE)
+    write_tree(
+        tmp_path / "head", SUITE | {"pkg/work.py": SUITE["pkg/work.py"].replace("range(n)", "range(3 * n)")}
+    )
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}], **TRUSTED))
+
+    verdicts = compare_all(report, PerfThresholds())
+    assert [c.verdict for c in verdicts] == [Verdict.REGRESSION, Verdict.REGRESSION]
+    assert all({r.process for r in b.rounds} == {0, 1, 2, 3} for b in report.benchmarks)
+    assert set(report.phases) == {"start", "set_up", "measure", "grow", "finish"}
+    assert report.phases["grow"] == 0  # no pair was started for later
