@@ -23,7 +23,7 @@ Warm-up rounds are discarded. Only the driver decides when anything is timed, so
 neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
 side; its own samples' median is the round's value.
 
-(About 600 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
+(About 700 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
 place; what need not be here is in the helpers.)
 
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
