@@ -3,10 +3,10 @@
 Three things make an interval trustworthy here, each in ``runner/perf/sequential.py`` (shared with
 the driver, which stops measuring a benchmark once its answer is decisive):
 
-* **Over processes.** Each process pair (a base and a head process taking turns) gives one
-  summary, the log ratio of its sides' fastest rounds; the interval is Student's t over the pairs,
-  so the steady few-percent differences between two processes of the same code (layout, hash
-  seeds, thread pools) are inside it, not mistaken for a change.
+* **Over processes.** Each process gives one summary, the log of its fastest rounds; the interval
+  compares the two sides' processes with Yuen's trimmed-mean test, so the steady few-percent
+  differences between two processes of the same code (layout, hash seeds, thread pools) are inside
+  it, not mistaken for a change, and one process a busy machine slowed throughout is trimmed.
 * **Repeated looks.** The driver looks up to ``looks`` times; each look is held to ``1 / looks`` of
   the benchmark's error (Bonferroni spending), so stopping early keeps the error rate.
 * **Many benchmarks.** A run's comparisons are one family: the Benjamini–Hochberg procedure at
