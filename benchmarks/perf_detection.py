@@ -3,6 +3,7 @@
 against two separate pytest-benchmark runs compared with ``--benchmark-compare-fail``.
 
     python benchmarks/perf_detection.py [--trials 15] [--raw perf-trials.json] [--minutes 30]
+        [--levels 0.05] [--projects loops,arrays] [--changes mixed,A/A]
     python benchmarks/perf_detection.py --analyse perf-trials.json     # the tables again, no run
 
 The corpus is generated here, never seen by paritybot before: two small projects of three
@@ -143,17 +144,29 @@ def run_separate(workspace: Path) -> tuple[list[str], float]:
     return [f"tests/test_sample.py::{n}" for n in regressed], wall
 
 
-def cases(trials: int, seed: int = 1) -> list[dict[str, Any]]:
-    """Per trial and project: a mixed change, a no-op change and an A/A case, shuffled."""
+CHANGES = ("mixed", "no-op", "A/A")
+
+
+def cases(
+    trials: int,
+    seed: int = 1,
+    levels: list[float] = LEVELS,
+    projects: list[str] | None = None,
+    changes: tuple[str, ...] = CHANGES,
+) -> list[dict[str, Any]]:
+    """Per trial and project: a mixed change (the benchmarks' slowdowns rotating through
+    ``levels``), a no-op change and an A/A case (those of ``changes``), shuffled."""
     out = []
     for trial in range(trials):
-        for project, benches in PROJECTS.items():
-            mixed = {name: LEVELS[(trial + j) % len(LEVELS)] for j, name in enumerate(benches)}
-            out += [
-                {"project": project, "change": "mixed", "slow": mixed},
-                {"project": project, "change": "no-op", "slow": dict.fromkeys(benches, 0.0)},
-                {"project": project, "change": "A/A", "slow": dict.fromkeys(benches, 0.0)},
-            ]
+        for project in projects or list(PROJECTS):
+            benches = PROJECTS[project]
+            mixed = {name: levels[(trial + j) % len(levels)] for j, name in enumerate(benches)}
+            kinds = {
+                "mixed": mixed,
+                "no-op": dict.fromkeys(benches, 0.0),
+                "A/A": dict.fromkeys(benches, 0.0),
+            }
+            out += [{"project": project, "change": c, "slow": kinds[c]} for c in changes]
     random.Random(seed).shuffle(out)
     return out
 
@@ -259,6 +272,21 @@ def analyse(records: list[dict[str, Any]]) -> None:
         "Verdicts on unaffected benchmarks: "
         + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items()))
     )
+    phases = [r["report"].get("phases") or {} for r in records]
+    if any(phases):
+        spent = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in phases[-1]}
+        print(
+            "Where paritybot's time went (median s per case): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in spent.items())
+        )
+    pairs = [
+        b.get("rounds") and len({x["process"] for x in b["rounds"]})
+        for r in records
+        for b in r["report"]["benchmarks"]
+    ]
+    print(
+        f"Process pairs per benchmark: {', '.join(f'{n}: {pairs.count(n)}' for n in sorted(set(pairs) - {0, None}))}"
+    )
     ab = [r["ab_wall"] for r in records]
     sep = [r["separate_wall"] for r in records]
     print(
@@ -268,10 +296,9 @@ def analyse(records: list[dict[str, Any]]) -> None:
     )
 
 
-async def run(trials: int, raw: Path | None, minutes: float) -> list[dict[str, Any]]:
+async def run(plan: list[dict[str, Any]], raw: Path | None, minutes: float) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     deadline = time.monotonic() + minutes * 60
-    plan = cases(trials)
     for index, case in enumerate(plan):
         if time.monotonic() > deadline:
             print(f"stopped at the time limit after {index} of {len(plan)} cases", file=sys.stderr)
@@ -296,13 +323,20 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, help="save every case's report here (JSON)")
     parser.add_argument("--analyse", type=Path, help="print the tables of a saved --raw file and stop")
     parser.add_argument("--minutes", type=float, default=30.0, help="stop starting cases after this")
+    parser.add_argument("--levels", help="slowdowns of the mixed changes, e.g. 0.05 (0 is always among them)")
+    parser.add_argument("--projects", help=f"of {', '.join(PROJECTS)} (default: all)")
+    parser.add_argument("--changes", help=f"of {', '.join(CHANGES)} (default: all)")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     if args.analyse:
         analyse(json.loads(args.analyse.read_text())["trials"])
         return
     print(f"machine: {os.cpu_count()} CPUs; paritybot's defaults; separate: {COMPARE_FAIL}", flush=True)
-    records = asyncio.run(run(args.trials, args.raw, args.minutes))
+    levels = [0.0, *(float(x) for x in args.levels.split(","))] if args.levels else LEVELS
+    projects = args.projects.split(",") if args.projects else None
+    changes = tuple(args.changes.split(",")) if args.changes else CHANGES
+    plan = cases(args.trials, levels=levels, projects=projects, changes=changes)
+    records = asyncio.run(run(plan, args.raw, args.minutes))
     analyse(records)
 
 

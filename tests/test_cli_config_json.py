@@ -16,7 +16,7 @@ tests:
   pytest_args: ["-k", "not test_slow"]
 performance:
   pytest: [bench/]
-  processes: 1
+  processes: 2
   max_time_s: 0.1
   threshold: 0.5
 """

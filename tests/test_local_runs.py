@@ -206,7 +206,7 @@ def test_tests_that_use_tmp_path_leave_nothing_in_the_temp_dir(tmp_path: Path) -
     )
     assert mapped.returncode == 0, mapped.stderr
     config = tmp_path / "paritybot.yml"
-    config.write_text("performance:\n  pytest: [bench/]\n  processes: 1\n  max_time_s: 0.1\n")
+    config.write_text("performance:\n  pytest: [bench/]\n  processes: 2\n  max_time_s: 0.1\n")
     compared = run_cli(
         "perf", "--repo", str(repo.path), "--base", "main", "--runner", "host", "--config", str(config),
         home=tmp_path,

@@ -23,6 +23,7 @@ from runner.backends.base import StepResult
 from runner.backends.host import HostRunner
 from runner.perf.stats import compare_all
 from runner.perf.step import RESULTS_PATH, PerfPlan, PerfRunError, parse_results, perf_step
+from runner.perf.worker import choose_clock
 
 FAST = {
     "processes": 2,
@@ -165,10 +166,11 @@ async def test_rounds_alternate_sides_and_process_pairs_and_each_side_runs_its_o
     pids = {side: {pid for s, pid in calls if s == side} for side in ("base", "head")}
     assert len(pids["base"]) == 2 and len(pids["head"]) == 2
     assert not pids["base"] & pids["head"]
-    # Calibration: three calls per process, one process at a time; then the turns, warm-up first.
-    calibration, timed = calls[:12], calls[12:]
-    assert [len({pid for _, pid in calibration[i : i + 3]}) for i in range(0, 12, 3)] == [1, 1, 1, 1]
-    assert len({pid for _, pid in calibration}) == 4
+    # Calibration: three calls in one process a side, one process at a time; then the turns,
+    # warm-up first.
+    calibration, timed = calls[:6], calls[6:]
+    assert [len({pid for _, pid in calibration[i : i + 3]}) for i in range(0, 6, 3)] == [1, 1]
+    assert sorted(side for side, _ in calibration[::3]) == ["base", "head"]
     # A turn: one process's calls back to back; base and head take turns in twos, with as many calls.
     turns = [(side, pid, len(list(run))) for (side, pid), run in itertools.groupby(timed, key=tuple)]
     twos = [turns[i : i + 2] for i in range(0, len(turns), 2)]
@@ -203,6 +205,7 @@ BUSY_NEIGHBOUR = """
         end = time.perf_counter() + 0.03
         while time.perf_counter() < end:
             pass
+        time.sleep(0.01)  # it waits too: read on the wall clock, where a cut round is the neighbour's
 
     def test_busy(benchmark):
         try:
@@ -222,6 +225,7 @@ async def test_rounds_the_scheduler_interrupted_are_dropped(tmp_path):
 
     (bench,) = report.benchmarks
     assert bench.error is None
+    assert bench.clock == "wall"
     # A process busy on the same CPU takes it from a 30 ms round: such rounds are dropped (no more
     # than are kept, within twice the benchmark's time), then kept, so the benchmark still ends.
     assert bench.preempted > 0
@@ -529,3 +533,76 @@ def test_results_the_bot_cannot_trust_are_refused_with_a_reason():
     nothing = StepResult(name="performance", exit_code=None, timed_out=True, duration_s=3600)
     with pytest.raises(PerfRunError, match="wrote no results"):
         parse_results(nothing)
+
+
+# --- the clock a benchmark is read with ----------------------------------------------------------
+
+CLOCKS = """
+    import time
+
+    def compute():
+        return sum(i * i for i in range(300))
+
+    def wait():
+        time.sleep(0.001)
+
+    def test_computes(benchmark):
+        benchmark(compute)
+
+    def test_waits(benchmark):
+        benchmark(wait)
+    """
+
+
+async def test_code_that_computes_is_read_on_the_cpu_clock_and_code_that_waits_on_the_wall_clock(tmp_path):
+    # On a busy machine the scheduler takes the CPU from a round now and then; the process's CPU
+    # time does not count the wait, so a computing benchmark's rounds stay its own. A sleep (or
+    # I/O, or waiting on another process) is not CPU time: what it costs is read on the wall clock.
+    for side in ("base", "head"):
+        write_tree(tmp_path / side, {"tests/test_clocks.py": CLOCKS})
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}]))
+
+    clocks = {b.name.rsplit("::", 1)[1]: b.clock for b in report.benchmarks}
+    assert clocks == {"test_computes": "cpu", "test_waits": "wall"}
+
+
+@pytest.mark.parametrize(
+    ("shares", "cpus", "cuda", "clock"),
+    [
+        ({"base": 0.99, "head": 0.97}, [1], False, "cpu"),
+        ({"base": 0.99, "head": 0.4}, [1], False, "wall"),  # head waits: what it waits for counts
+        ({"base": 0.99}, [1], False, "wall"),  # a side that never calibrated
+        ({"base": 0.99, "head": 0.99}, [0, 1], False, "wall"),  # several CPUs: CPU time is not latency
+        ({"base": 0.99, "head": 0.99}, None, False, "wall"),  # not pinned
+        ({"base": 0.2, "head": 0.2}, [1], True, "cuda"),  # a process initialised CUDA: its events
+        ({"base": 0.99, "head": 0.99}, [0, 1], True, "cuda"),
+    ],
+)
+def test_the_clock_is_chosen_from_what_the_benchmark_does_where(shares, cpus, cuda, clock):
+    assert choose_clock(shares, cpus, cuda) == clock
+
+
+RESULT_CHECKED = """
+    def work():
+        return sum(range(100))
+
+    def test_checks_its_result(benchmark):
+        assert benchmark(work) == 4950
+    """
+
+
+async def test_a_process_the_benchmark_ended_before_its_turn_still_gives_the_test_its_result(tmp_path):
+    # Two rounds end the benchmark within the first pair's first turn: the other pairs' processes
+    # never calibrate nor time it, and the test's check on the result must pass there too.
+    for side in ("base", "head"):
+        write_tree(tmp_path / side, {"tests/test_r.py": RESULT_CHECKED})
+    plan = make_plan(
+        [{"kind": "pytest", "args": ["tests"]}], processes=3, warmup=0, min_rounds=1, max_rounds=2
+    )
+
+    report = await run_perf(tmp_path, plan)
+
+    (bench,) = report.benchmarks
+    assert bench.error is None, bench.error
+    assert {r.process for r in bench.rounds} == {0}

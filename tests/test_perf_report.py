@@ -193,6 +193,18 @@ def test_a_mistyped_performance_key_is_a_clear_error():
     assert any("treshold" in line for line in caught.value.problems)
 
 
+@pytest.mark.parametrize("processes", [1, 0])
+def test_fewer_processes_than_an_interval_needs_is_a_clear_error_naming_the_key(processes):
+    # One process a side always ended in "too few rounds": the interval is over the processes.
+    with pytest.raises(ConfigError) as caught:
+        parse_repo_config(f"performance:\n  pytest: [benchmarks]\n  processes: {processes}\n")
+    assert caught.value.problems == [
+        f"`performance.processes` = {processes}: Value error, at least 2: the interval is over the "
+        "processes of each side, and one process has no spread to measure"
+    ]
+    assert parse_repo_config("performance:\n  processes: 2\n").performance.processes == 2
+
+
 # --- `paritybot perf` on a local checkout ----------------------------------------------------------
 
 BENCH_TEST = "import pkg\n\n\ndef test_work(benchmark):\n    benchmark(pkg.work)\n"
@@ -218,7 +230,7 @@ def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
         {
-            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 2\n  max_time_s: 0.1\n",
             "pkg/__init__.py": "def work():\n    return sum(range(10))\n",
             "tests/test_bench.py": BENCH_TEST,
             "tests/test_other.py": "def test_other(benchmark):\n    benchmark(len, [])\n",
@@ -241,7 +253,7 @@ def test_each_side_of_a_src_layout_measures_its_own_code(tmp_path):
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
         {
-            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 2\n  max_time_s: 0.1\n",
             "src/pkg/__init__.py": "def work():\n    return sum(range(10))\n",
             "tests/test_bench.py": BENCH_TEST,
         }
@@ -259,7 +271,7 @@ def test_paritybot_perf_affected_runs_only_the_benchmarks_the_change_can_reach_a
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
         {
-            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 2\n  max_time_s: 0.1\n",
             "pkg/__init__.py": "",
             "pkg/a.py": "def work():\n    return 1\n",
             "pkg/b.py": "def work():\n    return 2\n",
@@ -283,7 +295,7 @@ def bench_outside_the_tests(repo: GitRepo) -> str:
     one benchmark module needs an optional dependency that is not installed."""
     return repo.commit(
         {
-            ".github/paritybot.yml": "performance:\n  pytest: [bench/]\n  processes: 1\n  max_time_s: 0.1\n",
+            ".github/paritybot.yml": "performance:\n  pytest: [bench/]\n  processes: 2\n  max_time_s: 0.1\n",
             "pkg/__init__.py": "",
             "pkg/a.py": "def work():\n    # one\n    return 1\n",
             "pkg/b.py": "def work():\n    return 2\n",
@@ -372,7 +384,7 @@ def test_paritybot_perf_that_finds_no_benchmark_says_where_it_looked_and_how_to_
     repo = GitRepo(tmp_path / "repo")
     base = repo.commit(
         {
-            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 1\n  max_time_s: 0.1\n",
+            ".github/paritybot.yml": "performance:\n  pytest: [tests]\n  processes: 2\n  max_time_s: 0.1\n",
             "pkg/__init__.py": "def work():\n    return 1\n",
             # Parametrized with an argument named like the fixture: an ordinary test, not a benchmark.
             "tests/test_cases.py": (

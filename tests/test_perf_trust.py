@@ -3,10 +3,17 @@ is never a regression, and a head cannot make base its own reference."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 from test_perf_driver import make_plan, run_perf, write_tree
 
 from bot.core.perf import PerfThresholds, Verdict
+from runner.perf.guard import closed_on_the_way
 from runner.perf.stats import compare_all
 from runner.perf.step import PerfRunError
 
@@ -126,3 +133,80 @@ async def test_the_files_a_change_edits_that_run_during_the_measurement_are_name
         "this change edits files that run during the measurement besides the measured code (they can "
         "bias it; review them): pytest.ini, tests/conftest.py, tests/test_w.py"
     ]
+
+
+# --- a user of its own per side ------------------------------------------------------------------
+
+CLAIMING_COMMAND = """\
+import json, os
+
+# From either checkout, try to rewrite the base's copy of the measured code.
+target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "base", "pkg", "work.py")
+try:
+    with open(target, "a") as fh:
+        fh.write("# rewritten\\n")
+    wrote = "wrote it"
+except OSError as exc:
+    wrote = type(exc).__name__
+name = "uid %d, base %s" % (os.getuid(), wrote)
+print(json.dumps({"benchmarks": [{"name": name, "unit": "s", "samples": [0.001]}]}))
+"""
+
+
+def python_open_to_others() -> str:
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        if Path(candidate).exists() and closed_on_the_way(os.path.realpath(candidate)) is None:
+            return candidate
+    pytest.skip("no interpreter other users can run")
+
+
+async def test_where_the_run_is_root_each_side_runs_as_its_own_user_and_head_cannot_write_base():
+    if os.geteuid() != 0:
+        pytest.skip("only a root run can give each side its own user")
+    python = python_open_to_others()
+    # A workspace other users can enter (a test's own tmp_path lies under a directory closed to them).
+    workspace = Path(tempfile.mkdtemp(prefix="paritybot-users-"))
+    try:
+        workspace.chmod(0o755)
+        for side in ("base", "head"):
+            write_tree(workspace / side, SUITE | {"bench.py": CLAIMING_COMMAND})
+        command = {"kind": "command", "argv": [python, "bench.py"], "rounds": 2}
+
+        report = await run_perf(workspace, make_plan([command], warmup=0))
+
+        assert report.users == {"base": 65532, "head": 65533} and report.same_user is None
+        assert report.discovered["command"].only_base == ["uid 65532, base PermissionError"]
+        assert report.discovered["command"].only_head == ["uid 65533, base PermissionError"]
+        assert (workspace / "base" / "pkg" / "work.py").read_text() == SUITE["pkg/work.py"]
+        assert report.tampered is None
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+async def test_where_the_checkouts_are_closed_to_other_users_both_sides_run_as_the_run_s_user(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("a run that is not root has one user")
+    for side in ("base", "head"):
+        write_tree(tmp_path / side, SUITE)
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}]))
+
+    assert report.users == {}
+    assert report.same_user is not None and "is closed to other users" in report.same_user
+
+
+async def test_a_benchmark_the_first_pairs_decide_starts_no_more_processes(tmp_path):
+    # Three times slower: decided by the four pairs started first, at the first look. Starting all
+    # eight per side up front cost more wall time than the measuring itself on small suites.
+    write_tree(tmp_path / "base", SUITE)
+    write_tree(
+        tmp_path / "head", SUITE | {"pkg/work.py": SUITE["pkg/work.py"].replace("range(n)", "range(3 * n)")}
+    )
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest", "args": ["tests"]}], **TRUSTED))
+
+    verdicts = compare_all(report, PerfThresholds())
+    assert [c.verdict for c in verdicts] == [Verdict.REGRESSION, Verdict.REGRESSION]
+    assert all({r.process for r in b.rounds} == {0, 1, 2, 3} for b in report.benchmarks)
+    assert set(report.phases) == {"start", "set_up", "measure", "grow", "finish"}
+    assert report.phases["grow"] == 0  # no pair was started for later

@@ -254,6 +254,7 @@ class TrustSettings(_Strict):
 
 
 PerfTrigger = Literal["label", "command", "every-pr"]
+MIN_PERF_PROCESSES = 2  # per side: the verdict's interval is over the processes
 DEFAULT_PERF_TRIGGERS: tuple[PerfTrigger, ...] = ("label", "command")
 
 
@@ -288,10 +289,9 @@ class PerformanceSettings(_Strict):
     paths: list[str] = Field(default_factory=lambda: ["."], description="put first on PYTHONPATH, per side")
     processes: int = Field(
         8,
-        ge=1,
         le=16,
-        description="processes per side; the interval is over them, a verdict needs 2 (GPU memory: "
-        "each holds a context)",
+        description="processes per side at most (4 first, more for a benchmark they leave "
+        "undecided); the interval is over them, so at least 2 (GPU memory: each holds a context)",
     )
     max_time_s: float = Field(
         1.2,
@@ -301,6 +301,16 @@ class PerformanceSettings(_Strict):
         "use what others left",
     )
     cpus: list[int] | None = Field(None, description="pin the run to these CPUs; default: its last one")
+
+    @field_validator("processes")
+    @classmethod
+    def _processes_for_an_interval(cls, processes: int) -> int:
+        if processes < MIN_PERF_PROCESSES:
+            raise ValueError(
+                f"at least {MIN_PERF_PROCESSES}: the interval is over the processes of each side, "
+                f"and one process has no spread to measure"
+            )
+        return processes
 
     def enabled(self) -> bool:
         return bool(self.pytest is not None or self.asv or self.command)

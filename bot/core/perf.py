@@ -57,6 +57,9 @@ class BenchmarkSamples(Model):
     preempted: int = Field(
         0, ge=0, description="round pairs run again because the scheduler took the CPU from a side"
     )
+    clock: Literal["wall", "cpu", "cuda"] = Field(
+        "wall", description="what the rounds were timed with: see choose_clock in runner/perf/worker.py"
+    )
     looks: int = Field(
         1, ge=1, le=16, description="looks the driver planned; each is held to 1/looks of the error"
     )
@@ -89,6 +92,15 @@ class DriverReport(Model):
         default_factory=list,
         max_length=20,
         description="what makes the comparison doubtful: a side that imported its code from elsewhere",
+    )
+    phases: dict[Literal["start", "set_up", "measure", "grow", "finish"], float] = Field(
+        default_factory=dict, description="where the run's wall time went, seconds per phase"
+    )
+    users: dict[Side, int] = Field(
+        default_factory=dict, description="the user each side's processes ran as, when each had its own"
+    )
+    same_user: str | None = Field(
+        None, max_length=MAX_MESSAGE, description="why both sides ran as the run's own user"
     )
     tampered: str | None = Field(
         None, max_length=MAX_MESSAGE, description="why the comparison is refused: the reference changed"

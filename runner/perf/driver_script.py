@@ -23,7 +23,7 @@ Warm-up rounds are discarded. Only the driver decides when anything is timed, so
 neighbours fall on both sides of every pair of rounds alike. A command is run once per round and
 side; its own samples' median is the round's value.
 
-(About 550 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
+(About 700 lines: the measuring loop, its process bookkeeping and the run's guards read best in one
 place; what need not be here is in the helpers.)
 
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,10 +46,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
 from paritybot_perf_command import parse_command_output
-from paritybot_perf_guard import Guard, harness_changes
+from paritybot_perf_guard import Guard, become, harness_changes, side_users
 from paritybot_perf_process import Worker
-from paritybot_perf_sequential import decisive, look_budgets, pair_summaries
-from paritybot_perf_worker import PATHS_VARIABLE, selected
+from paritybot_perf_sequential import decisive, estimate, look_budgets
+from paritybot_perf_worker import PATHS_VARIABLE, choose_clock, selected
 from paritybot_perf_worker import clip as _clip
 
 VERSION = 1
@@ -61,6 +62,10 @@ LIB_DIR = os.path.dirname(SCRIPT)  # the driver's modules, and nothing of the ru
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
+# Process pairs started first; more, up to ``processes``, only for a benchmark these leave undecided
+# at half its budget (each process costs an interpreter, the project's imports and a collection).
+FIRST_PAIRS = 4
+PHASES = ("start", "set_up", "measure", "grow", "finish")
 
 
 def _side_env(spec, side, lib_dir):
@@ -99,6 +104,7 @@ class Driver:
         self.scratch = scratch
         self.cpus = cpus
         self.envs = {side: _side_env(spec, side, os.path.dirname(SCRIPT)) for side in SIDES}
+        self.users, self.same_user = side_users(self._reached())
         self.results = []
         self.errors = []
         self.discovered = {}
@@ -106,6 +112,40 @@ class Driver:
         self.skipped = []  # benchmarks their own setup skipped (asv: NotImplementedError)
         self.family = 1  # the benchmarks of the run, whose comparisons are held together
         self.saved = 0.0  # measuring time decisive benchmarks left to undecided ones
+        self.phases = dict.fromkeys(PHASES, 0.0)  # where the wall time went, for the reader
+
+    def _reached(self):
+        """What each side's processes must read or run: the checkouts, the driver, the interpreters
+        and commands."""
+        found = [LIB_DIR, self.scratch]
+        for side in SIDES:
+            found.append(self.spec["sides"][side]["root"])
+            programs = [k["argv"][0] for k in self.spec["kinds"] if k["kind"] == "command" and k.get("argv")]
+            if any(k["kind"] != "command" for k in self.spec["kinds"]):
+                programs.append(self.spec["sides"][side].get("python", "python3"))
+            for program in programs:
+                where = shutil.which(program, path=self.envs[side].get("PATH"))
+                if where is None and os.sep in program:
+                    where = os.path.join(self.spec["sides"][side]["root"], program)
+                found.append(where or program)
+        return found
+
+    def _preexec(self, side, pin=False, away=False):
+        """What a process of ``side`` runs before its program: pinned (a command, which is timed
+        from its start), or kept off the measuring CPUs while it starts (``away``, where others
+        are left), then its own user, where there is one."""
+        switch = become(self.users[side]) if self.users else None
+        cpus = self.cpus if pin else None
+        if away and self.cpus is not None and hasattr(os, "sched_getaffinity"):
+            cpus = sorted(set(os.sched_getaffinity(0)) - set(self.cpus)) or None
+
+        def preexec():
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+            if switch is not None:
+                switch()
+
+        return preexec
 
     def _asv_dir(self, kind, side):
         root = self.spec["sides"][side]["root"]
@@ -132,10 +172,14 @@ class Driver:
         """Start every process at once; each lists its side's benchmarks; the common ones are run."""
         if kind["kind"] == "asv" and not self._asv_config_read(kind):
             return
-        slots = [(side, k) for k in range(self.spec["processes"]) for side in SIDES]
+        slots = [(side, k) for k in range(min(FIRST_PAIRS, self.spec["processes"])) for side in SIDES]
         workers = {slot: self._start(kind, slot) for slot in slots}
+        self.growth = (kind, slots)
+        # slot → process started for an undecided benchmark, not yet taking turns
+        self.joining: dict = {}
         try:
-            found = self._collected(kind, workers)
+            with self._phase("start"):
+                found = self._collected(kind, workers)
             if found is None:
                 return
             base, head = set(found["base"]), set(found["head"])
@@ -159,19 +203,21 @@ class Driver:
                 if not self.guard.check(time.monotonic()):
                     return
                 name = remaining.pop(0)
-                result = self._measure(kind, name, workers)
+                result = self._measure(kind, name, workers, remaining)
                 if result.pop("skipped", None):
                     self.skipped.append(name)
                 else:
                     self.results.append(result)
-                for slot in slots:
-                    error = self._finish(workers[slot], name)
-                    if error and not result["error"]:
-                        result["error"] = {"side": slot[0], "message": error}
-                    if workers[slot].lost:
-                        workers.pop(slot).close()
+                with self._phase("finish"):
+                    for slot in slots:
+                        error = self._finish(workers[slot], name)
+                        if error and not result["error"]:
+                            result["error"] = {"side": slot[0], "message": error}
+                        if workers[slot].lost:
+                            workers.pop(slot).close()
+                    self._move_on(name, remaining)
         finally:
-            for worker in workers.values():
+            for worker in [*workers.values(), *self.joining.values()]:
                 worker.stop()
                 worker.close()
 
@@ -210,14 +256,27 @@ class Driver:
             if warning not in self.warnings:
                 self.warnings.append(_clip(warning, 600))
 
-    def _start(self, kind, slot):
+    def _start(self, kind, slot, away=False):
         side, index = slot
         tag = f"{side}-{index}"
         argv = self._worker_argv(kind, side)
         if kind["kind"] == "pytest":
-            # pytest's tmp_path directories go with the run's files, not the machine's temp dir.
-            argv.append("--basetemp=" + os.path.join(self.scratch, "pytest-" + tag))
-        return Worker(side, tag, argv, self.spec["sides"][side], self.envs[side], self.scratch)
+            # pytest's tmp_path directories go with the run's files, not the machine's temp dir, in
+            # a directory the process's user owns.
+            own = os.path.join(self.scratch, "pytest-" + tag)
+            os.makedirs(own, exist_ok=True)
+            if self.users:
+                os.chown(own, self.users[side], self.users[side])
+            argv.append("--basetemp=" + os.path.join(own, "tmp"))
+        return Worker(
+            side,
+            tag,
+            argv,
+            self.spec["sides"][side],
+            self.envs[side],
+            self.scratch,
+            self._preexec(side, away=away),
+        )
 
     def _await(self, worker, name, expected, timeout):
         """The next event of ``worker`` about ``name`` among ``expected`` or ``error``.
@@ -243,16 +302,81 @@ class Driver:
                 return event
         return {"ev": "error", "message": "its process was lost earlier"}
 
-    def _measure(self, kind, name, workers):
+    @contextlib.contextmanager
+    def _phase(self, phase):
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] += time.monotonic() - began
+
+    def _grow(self):
+        """Start more process pairs, up to twice as many (at most ``processes``), in the
+        background: they list the benchmarks while the others measure, on the CPUs the measuring
+        does not use where there are any, and take turns once set up (:meth:`_join`)."""
+        kind, slots = self.growth
+        pairs = (len(slots) + len(self.joining)) // 2
+        for k in range(pairs, min(2 * pairs, self.spec["processes"])):
+            for side in SIDES:
+                worker = self._start(kind, (side, k), away=True)
+                worker.stage = None  # listing its benchmarks
+                self.joining[(side, k)] = worker
+
+    def _join(self, name, remaining, workers):
+        """Take the joining processes' news without waiting; a pair whose two processes are set up
+        for ``name`` takes turns from now on (pinned like the others). The pairs now taking turns."""
+        slots = self.growth[1]
+        for slot, worker in list(self.joining.items()):
+            while slot in self.joining:
+                event = worker.receive(0)
+                what = event.get("ev")
+                if what == "timeout":
+                    break
+                if what in ("exit", "fatal") or (what == "error" and worker.stage is None):
+                    worker.kill()  # a process that could not start: the others measure without it
+                    worker.close()
+                    del self.joining[slot]
+                elif what == "collected" and worker.stage is None:
+                    worker.send(cmd="plan", names=[name, *remaining])
+                    worker.stage = name
+                elif what == "ready" and event.get("name") == worker.stage == name:
+                    worker.stage = "ready"
+        for k in sorted({k for _, k in self.joining}):
+            pair = [self.joining.get((side, k)) for side in SIDES]
+            ready = [w for w in pair if w is not None and w.stage == "ready"]
+            if len(ready) == len(SIDES):
+                for side, worker in zip(SIDES, ready):
+                    del self.joining[(side, k)]
+                    worker.stage = None
+                    self._pin(worker)
+                    workers[(side, k)] = worker
+                    slots.append((side, k))
+        return sorted({k for _, k in workers})
+
+    def _move_on(self, name, remaining):
+        """At the end of ``name``: joining processes set up for it go on to the next benchmark."""
+        for worker in self.joining.values():
+            if worker.stage in (name, "ready"):
+                worker.send(cmd="stop", name=name)
+                worker.stage = remaining[0] if remaining else "done"
+
+    def _measure(self, kind, name, workers, remaining):
         """All rounds of one benchmark: the process pairs take turns, and so does the side first."""
         spec = self.spec
         timeout = spec["timeout_s"]
         result = {"kind": kind["kind"], "name": name, "unit": "s", "rounds": [], "warmup": 0, "error": None}
-        estimates, fixed = [], None
+        estimates, fixed, cuda = [], None, False
+        shares: dict = {}  # per side, the largest CPU share of a calibration try
+        set_up = time.monotonic()
+        # One process a side calibrates (its first pair's): on a busy machine each process asked is
+        # a wait for the CPU, and the others' first turn is a warm-up round anyway.
+        calibrating = min(k for _, k in workers)
         for step, expected in (("ready", ("ready", "skipped")), ("calibrate", ("calibrated",))):
-            for (side, _), worker in sorted(workers.items()):
+            for (side, k), worker in sorted(workers.items()):
                 if step == "calibrate":
                     self._pin(worker)
+                    if k != calibrating:
+                        continue
                     worker.send(cmd="calibrate", name=name)
                 event = self._await(worker, name, expected, timeout)
                 if event["ev"] == "error":
@@ -264,12 +388,16 @@ class Driver:
                 if step == "calibrate":
                     estimates.append(float(event.get("estimate") or 0.0))
                     fixed = event.get("fixed") or fixed
+                    shares[side] = max(shares.get(side, 0.0), float(event.get("cpu_share") or 0.0))
+                    cuda = cuda or bool(event.get("cuda"))
+        self.phases["set_up"] += time.monotonic() - set_up
         # The least disturbed calibration is the closest to the code's own cost.
         estimate = min(estimates) or 1e-9
         n = int(fixed) if fixed else max(1, int(spec["round_time_s"] / estimate))
         result["iterations"] = n
         result["preempted"] = 0
-        pairs = spec["processes"]
+        result["clock"] = clock = choose_clock(shares, self.cpus, cuda)
+        active = sorted({k for _, k in workers})
         # One turn is several rounds of one process, back to back: fewer wake-ups, which on a busy
         # machine each wait for the CPU; round i of base's turn is paired with round i of head's.
         per_turn = max(1, int(TURN_S / (n * estimate)))
@@ -280,6 +408,8 @@ class Driver:
         looks = look_budgets(spec["max_time_s"])
         looks[-1] += extra
         started, spent, turn, looked = time.monotonic(), 0.0, 0, 0
+        turns_of: dict = {}  # per pair, its turns so far: its first are warm-up
+        measuring = started
         rounds = result["rounds"]
         result["looks"] = len(looks)
         while len(rounds) < spec["max_rounds"]:
@@ -288,18 +418,26 @@ class Driver:
             late = time.monotonic() - started >= 2 * looks[-1]
             if late and len(rounds) >= spec["min_rounds"]:
                 break
-            if self._covered(rounds, pairs) and spent >= looks[looked]:
+            if self.joining:
+                active = self._join(name, remaining, workers)
+            if self._covered(rounds, active) and spent >= looks[looked]:
                 looked += 1
                 if looked == len(looks) or self._decisive(rounds, len(looks)):
                     break
-            pair = turn % pairs
-            first = SIDES[(turn // pairs) % 2]
-            warming = turn < spec["warmup"] * pairs  # each pair of processes warms up
+                if looked == 2 and not self.joining and len(active) < spec["processes"]:
+                    # Undecided at a quarter of its budget: more processes, for it and the ones
+                    # after it, starting while these measure.
+                    with self._phase("grow"):
+                        self._grow()
+            pair = active[turn % len(active)]
+            first = SIDES[(turn // len(active)) % 2]
+            turns_of[pair] = turns_of.get(pair, 0) + 1
+            warming = turns_of[pair] <= spec["warmup"]  # each pair of processes warms up
             count = 1 if warming else min(per_turn, spec["max_rounds"] - len(rounds))
             got = {}
             for side in (first, other(first)):
                 worker = workers[(side, pair)]
-                worker.send(cmd="run", name=name, n=n, rounds=count)
+                worker.send(cmd="run", name=name, n=n, rounds=count, clock=clock)
                 event = self._await(worker, name, ("rounds",), timeout + 40 * count * n * estimate)
                 if event["ev"] == "error":
                     result["error"] = {"side": side, "message": _clip(event.get("message", ""))}
@@ -311,7 +449,12 @@ class Driver:
                 spent += (base + head) * n
                 if warming:
                     result["warmup"] += 1
-                elif (base_cut or head_cut) and not late and result["preempted"] < len(rounds) + 10:
+                elif (
+                    (base_cut or head_cut)
+                    and clock == "wall"  # the CPU clock and CUDA events do not count the wait
+                    and not late
+                    and result["preempted"] < len(rounds) + 10
+                ):
                     # The scheduler took the CPU from a side during this round: it measured the
                     # neighbours, not the code, and is dropped, as long as no more rounds were
                     # dropped than kept (and twice the benchmark's time has not passed): on a machine
@@ -320,19 +463,20 @@ class Driver:
                 else:
                     rounds.append({"base": base, "head": head, "first": first, "process": pair})
         self.saved += max(0.0, spec["max_time_s"] + extra - spent)
+        self.phases["measure"] += time.monotonic() - measuring
         return result
 
-    def _covered(self, rounds, pairs):
-        """Enough rounds to look: the minimum, and some from every process pair."""
-        return len(rounds) >= self.spec["min_rounds"] and len({r["process"] for r in rounds}) >= pairs
+    def _covered(self, rounds, active):
+        """Enough rounds to look: the minimum, and some from every process pair taking turns."""
+        return len(rounds) >= self.spec["min_rounds"] and {r["process"] for r in rounds} >= set(active)
 
     def _decisive(self, rounds, looks):
         """Whether the interval is decisive at this look, each look held to 1/looks of the error
         and the run's error shared by its benchmarks (the strictest share: the verdict's is no
         stricter, so what is decisive here stays so)."""
         alpha = self.spec["error"] / max(1, self.family) / looks
-        summaries = pair_summaries([(r["process"], r["base"], r["head"]) for r in rounds])
-        return decisive(summaries, alpha, self.spec["threshold"])
+        found = estimate([(r["process"], r["base"], r["head"]) for r in rounds])
+        return decisive(found, alpha, self.spec["threshold"])
 
     def _pin(self, worker):
         """Pin every thread of a benchmark process once it is set up (it started on every CPU)."""
@@ -412,7 +556,7 @@ class Driver:
                     stdout=out,
                     stderr=subprocess.DEVNULL,
                     timeout=self.spec["timeout_s"],
-                    preexec_fn=self._pin_self,
+                    preexec_fn=self._preexec(side, pin=True),
                 )
             except subprocess.TimeoutExpired:
                 return {}, "the command timed out after {:.0f} s on {}".format(self.spec["timeout_s"], side)
@@ -421,10 +565,6 @@ class Driver:
         if proc.returncode != 0:
             return {}, f"the command exited with code {proc.returncode} on {side}"
         return parse_command_output(text, side)
-
-    def _pin_self(self):
-        if self.cpus is not None:
-            os.sched_setaffinity(0, self.cpus)
 
     # The run ---------------------------------------------------------------------------------
 
@@ -522,6 +662,9 @@ def main(spec_path, out_path):
         "discovered": driver.discovered,
         "warnings": driver.warnings[:20],
         "tampered": driver.guard.broken,
+        "users": driver.users or {},
+        "same_user": driver.same_user,
+        "phases": {k: round(v, 3) for k, v in driver.phases.items()},
     }
     if driver.guard.broken:
         report["benchmarks"] = []  # measured against a reference that was changed: worth nothing

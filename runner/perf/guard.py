@@ -134,3 +134,55 @@ def harness_changes(base_root, head_root, bench_dirs):
     dirs = [os.path.normpath(d) for d in bench_dirs if d and not d.startswith("-")]
     base, head = _harness(base_root, dirs), _harness(head_root, dirs)
     return sorted(p for p in set(base) | set(head) if base.get(p) != head.get(p))
+
+
+# A user of its own per side, where the run is root: the head's processes then cannot write the
+# base's checkout (its files and directories belong to root) nor trace a base process, whatever
+# their code does. Ids no image is expected to use, one per side, so both sides run alike.
+SIDE_USERS = {"base": 65532, "head": 65533}
+
+
+def closed_on_the_way(path):
+    """The first directory on the way to ``path`` that other users cannot enter, or ``path`` itself
+    when they cannot read it; None when it is open to them."""
+    path = os.path.abspath(path)
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return path
+    except OSError:
+        return path
+    current = path if os.path.isdir(path) else os.path.dirname(path)
+    while True:
+        try:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                return current
+        except OSError:
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def side_users(paths):
+    """Per side, the user id its benchmark processes run as, or None and why not: only a root run
+    can switch users, and only when the checkouts, the driver and the interpreters (``paths``, as
+    their real paths) are open to other users."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None, "the run is not root, so both sides run as its user"
+    for path in paths:
+        closed = closed_on_the_way(os.path.realpath(path))
+        if closed:
+            return None, f"{closed} is closed to other users, so both sides run as the run's user"
+    return dict(SIDE_USERS), None
+
+
+def become(uid):
+    """A ``preexec_fn`` that makes the child process user ``uid`` (group ``uid``, no others)."""
+
+    def switch():
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+    return switch

@@ -21,7 +21,7 @@ MAX_LINE = 1 << 16  # what one benchmark process may send in one line: the drive
 class Worker:
     """One side's benchmark process and the pipes to it."""
 
-    def __init__(self, side, tag, argv, spec_side, env, scratch):
+    def __init__(self, side, tag, argv, spec_side, env, scratch, preexec=None):
         self.side = side
         self.log_path = os.path.join(scratch, tag + ".log")
         to_worker, self._cmd = os.pipe()
@@ -36,12 +36,14 @@ class Worker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(to_worker, from_worker),
+                preexec_fn=preexec,
             )
         os.close(to_worker)
         os.close(from_worker)
         self._buffer = b""
         self.lost = False
         self.pinned = False
+        self.stage = None  # a process joining the turns: what it is getting ready for
 
     def send(self, **message):
         # A process that is gone says so with its next event.
@@ -62,10 +64,10 @@ class Worker:
                     return event
                 continue
             left = deadline - time.monotonic()
-            if left <= 0:
-                return {"ev": "timeout"}
-            ready, _, _ = select.select([self._events], [], [], left)
+            ready, _, _ = select.select([self._events], [], [], max(0.0, left))
             if not ready:
+                if left <= 0:
+                    return {"ev": "timeout"}
                 continue
             chunk = os.read(self._events, 65536)
             if not chunk:

@@ -5,25 +5,30 @@ Standard library only, valid on Python 3.8: the driver imports it (injected as
 verdict (``runner/perf/stats.py``) uses the same functions, so both read the rounds alike.
 
 **Over processes.** Two processes running the same code differ steadily by a few percent (memory
-layout, hash seeds, thread pools, CPU frequency); no number of rounds inside one process pair sees
-that. So each *pair of processes* (one base, one head, taking turns) gives one summary, the log of
-the ratio of its sides' fastest rounds (the median of each side's fastest quarter: what disturbs a
-round only ever adds time), and the interval is Student's t over those summaries: a per-cluster
-summary, then a t interval across clusters. Between-process variance is inside it because each
-summary carries its pair's layout; the rounds' own noise is inside it too.
+layout, hash seeds, thread pools, CPU frequency); no number of rounds inside one process sees that.
+So each *process* gives one summary, the log of its fastest rounds (the median of its fastest
+quarter: what disturbs a round only ever adds time), and the interval compares the two sides'
+processes: Yuen's two-sample test of trimmed means (the slowest and fastest ``TRIM`` of each
+side's processes set aside, the spread taken from the winsorized rest, Welch's degrees of
+freedom). Between-process variance is inside it because each summary carries its process's layout;
+the rounds' own noise is inside it too; and a process a busy machine slowed in every one of its
+few rounds is trimmed, not allowed to blow the interval wide.
 
 **Repeated looks.** The driver looks at a benchmark's interval after a doubling schedule of
 measured time (:func:`look_budgets`) and stops as soon as it is decisive. Each of the ``looks``
 planned looks is held to ``alpha / looks`` (Bonferroni spending over the looks), so the chance
 that *any* look's interval misses the true ratio stays at most ``alpha``, however the stopping
-went: the interval reported, that of the look the driver stopped at, misses it at most that often.
+went — more processes joining after a look included: the interval reported, that of the look the
+driver stopped at, misses it at most that often.
 """
 
 from __future__ import annotations
 
 import math
 
-FASTEST = 0.25  # of each side's rounds in one process pair: the rest may be disturbed at will
+FASTEST = 0.25  # of each process's rounds: the rest may be disturbed at will
+TRIM = 0.2  # of each side's processes, the slowest and the fastest: one disturbed process is no outlier
+MIN_PROCESSES = 2  # a side, for a spread between processes
 LOOKS = 4  # looks per benchmark: at 1/8, 1/4, 1/2 and all of its budget (the last may be extended)
 
 
@@ -87,59 +92,81 @@ def _fastest_median(values):
     return fastest[middle] if len(fastest) % 2 else (fastest[middle - 1] + fastest[middle]) / 2.0
 
 
-def pair_summaries(rounds):
-    """Per process pair, the log of head/base of its fastest rounds; ``rounds`` are
-    ``(process, base seconds, head seconds)``."""
-    by_pair: dict = {}
+def process_summaries(rounds):
+    """Per side, per process, the log of its fastest rounds (the median of its fastest quarter);
+    ``rounds`` are ``(process, base seconds, head seconds)``, base and head process ``k`` taking
+    turns."""
+    by_process: dict = {}
     for process, base, head in rounds:
-        by_pair.setdefault(process, ([], []))
-        by_pair[process][0].append(base)
-        by_pair[process][1].append(head)
-    return [
-        math.log(_fastest_median(heads)) - math.log(_fastest_median(bases))
-        for bases, heads in (by_pair[p] for p in sorted(by_pair))
-    ]
+        by_process.setdefault(process, ([], []))
+        by_process[process][0].append(base)
+        by_process[process][1].append(head)
+    ordered = [by_process[p] for p in sorted(by_process)]
+    return (
+        [math.log(_fastest_median(bases)) for bases, _ in ordered],
+        [math.log(_fastest_median(heads)) for _, heads in ordered],
+    )
 
 
-def _spread(summaries):
-    count = len(summaries)
-    mean = sum(summaries) / count
-    variance = sum((s - mean) ** 2 for s in summaries) / (count - 1)
-    return mean, math.sqrt(variance / count)
+def _trimmed(values):
+    """Yuen's trimmed mean of one side's process summaries, its squared error and kept count."""
+    count = len(values)
+    cut = int(TRIM * count)
+    ordered = sorted(values)
+    kept = ordered[cut : count - cut]
+    winsorized = [kept[0]] * cut + kept + [kept[-1]] * cut
+    centre = sum(winsorized) / count
+    spread = sum((w - centre) ** 2 for w in winsorized) / (count - 1)
+    return sum(kept) / len(kept), spread * (count - 1) / (len(kept) * (len(kept) - 1)), len(kept)
 
 
-def log_interval(summaries, alpha):
-    """(estimate, low, high) of log head/base, two-sided at level ``1 - alpha``; None under 2 pairs."""
-    if len(summaries) < 2:
+def estimate(rounds):
+    """(log head/base, its standard error, degrees of freedom): Yuen's two-sample trimmed-mean
+    comparison of the processes' summaries; None under 2 processes a side."""
+    base, head = process_summaries(rounds)
+    if len(base) < MIN_PROCESSES or len(head) < MIN_PROCESSES:
         return None
-    mean, error = _spread(summaries)
-    half = t_quantile(alpha / 2.0, len(summaries) - 1) * error if error > 0 else 0.0
+    (base_mean, base_var, base_kept), (head_mean, head_var, head_kept) = _trimmed(base), _trimmed(head)
+    variance = base_var + head_var
+    if variance <= 0:
+        return head_mean - base_mean, 0.0, float(base_kept + head_kept - 2)
+    # Welch–Satterthwaite over the trimmed samples.
+    df = variance**2 / (base_var**2 / (base_kept - 1) + head_var**2 / (head_kept - 1))
+    return head_mean - base_mean, math.sqrt(variance), df
+
+
+def log_interval(found, alpha):
+    """(estimate, low, high) of log head/base, two-sided at level ``1 - alpha``, from
+    :func:`estimate`'s answer; None for None."""
+    if found is None:
+        return None
+    mean, error, df = found
+    half = t_quantile(alpha / 2.0, df) * error if error > 0 else 0.0
     return mean, mean - half, mean + half
 
 
-def change_p_value(summaries, threshold):
+def change_p_value(found, threshold):
     """Two-sided p-value of "the change is past the threshold" (a regression or an improvement):
     twice the smaller of the one-sided p-values of log ratio <= log(1 + threshold) and of
     log ratio >= -log(1 + threshold). The interval at level ``1 - alpha`` lies wholly past one
     threshold exactly when this is at most ``alpha``."""
-    if len(summaries) < 2:
+    if found is None:
         return 1.0
-    mean, error = _spread(summaries)
+    mean, error, df = found
     bound = math.log1p(threshold)
     if error == 0:
         return 0.0 if abs(mean) > bound else 1.0
-    df = len(summaries) - 1
     slower = t_tail((mean - bound) / error, df)
     faster = t_tail((-bound - mean) / error, df)
     return min(1.0, 2.0 * min(slower, faster))
 
 
-def decisive(summaries, alpha, threshold):
+def decisive(found, alpha, threshold):
     """Whether the interval at ``1 - alpha`` is wholly inside ±threshold or wholly past one."""
-    found = log_interval(summaries, alpha)
-    if found is None:
+    interval = log_interval(found, alpha)
+    if interval is None:
         return False
-    _, low, high = found
+    _, low, high = interval
     bound = math.log1p(threshold)
     return (-bound <= low and high <= bound) or low > bound or high < -bound
 

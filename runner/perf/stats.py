@@ -3,10 +3,10 @@
 Three things make an interval trustworthy here, each in ``runner/perf/sequential.py`` (shared with
 the driver, which stops measuring a benchmark once its answer is decisive):
 
-* **Over processes.** Each process pair (a base and a head process taking turns) gives one
-  summary, the log ratio of its sides' fastest rounds; the interval is Student's t over the pairs,
-  so the steady few-percent differences between two processes of the same code (layout, hash
-  seeds, thread pools) are inside it, not mistaken for a change.
+* **Over processes.** Each process gives one summary, the log of its fastest rounds; the interval
+  compares the two sides' processes with Yuen's trimmed-mean test, so the steady few-percent
+  differences between two processes of the same code (layout, hash seeds, thread pools) are inside
+  it, not mistaken for a change, and one process a busy machine slowed throughout is trimmed.
 * **Repeated looks.** The driver looks up to ``looks`` times; each look is held to ``1 / looks`` of
   the benchmark's error (Bonferroni spending), so stopping early keeps the error rate.
 * **Many benchmarks.** A run's comparisons are one family: the Benjamini–Hochberg procedure at
@@ -29,13 +29,11 @@ import math
 import statistics
 
 from bot.core.perf import BenchmarkSamples, Comparison, DriverReport, PerfThresholds, Verdict
-from runner.perf.sequential import change_p_value, log_interval, pair_summaries
-
-MIN_PAIRS = 2  # a spread between process pairs needs two of them
+from runner.perf.sequential import MIN_PROCESSES, change_p_value, estimate, log_interval
 
 
-def summaries_of(samples: BenchmarkSamples) -> list[float]:
-    return pair_summaries([(r.process, r.base, r.head) for r in samples.rounds])
+def estimate_of(samples: BenchmarkSamples) -> tuple[float, float, float] | None:
+    return estimate([(r.process, r.base, r.head) for r in samples.rounds])
 
 
 def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | None = None) -> Comparison:
@@ -49,17 +47,17 @@ def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | No
     base = [r.base for r in samples.rounds]
     head = [r.head for r in samples.rounds]
     medians = {"base_median": statistics.median(base), "head_median": statistics.median(head)} if base else {}
-    summaries = summaries_of(samples)
-    pairs = len(summaries)
+    pairs = len({r.process for r in samples.rounds})
     where = f"{len(base)} rounds in {pairs} process pair{'' if pairs == 1 else 's'}"
-    found = log_interval(summaries, alpha / samples.looks) if len(base) >= limits.min_rounds else None
+    enough = len(base) >= limits.min_rounds
+    found = log_interval(estimate_of(samples), alpha / samples.looks) if enough else None
     if found is None:
         return Comparison(
             **common,
             **medians,
             processes=pairs,
             verdict=Verdict.TOO_FEW_ROUNDS,
-            reason=f"{where}; a verdict needs at least {limits.min_rounds} rounds in {MIN_PAIRS} pairs",
+            reason=f"{where}; a verdict needs at least {limits.min_rounds} rounds in {MIN_PROCESSES} pairs",
         )
     ratio, low, high = (math.exp(v) for v in found)
     figures = {**common, **medians, "ratio": ratio, "low": low, "high": high, "processes": pairs}
@@ -93,6 +91,6 @@ def compare_all(report: DriverReport, limits: PerfThresholds) -> list[Comparison
     """Every benchmark's verdict, the run's comparisons held together (Benjamini–Hochberg)."""
     measured = [s for s in report.benchmarks if s.error is None]
     # A look-adjusted p-value per benchmark: the interval of its final look is at alpha / looks.
-    p_values = [min(1.0, s.looks * change_p_value(summaries_of(s), limits.threshold)) for s in measured]
+    p_values = [min(1.0, s.looks * change_p_value(estimate_of(s), limits.threshold)) for s in measured]
     alpha = family_alpha(p_values, 1 - limits.confidence)
     return [compare(samples, limits, alpha) for samples in report.benchmarks]

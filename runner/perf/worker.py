@@ -40,16 +40,50 @@ class Channel:
         return json.loads(line) if line else {"cmd": "stop"}
 
 
-def _cuda_sync():
-    # Asynchronous GPU work must be finished inside the timed interval; only a process that has
-    # already initialised CUDA can have any in flight, so nothing is imported or initialised here.
+CPU_BOUND = 0.9  # of a round's wall time spent on the CPU: code that computes, not waits
+
+
+def choose_clock(cpu_share, cpus, cuda):
+    """The clock a benchmark's rounds are read with, the same on both sides.
+
+    ``cpu_share``: per side, the largest share any calibration try of its processes spent on the
+    CPU of the time it could run (its wall time less the time it waited for a CPU); ``cpus``: the CPUs the processes are pinned to; ``cuda``: whether a process of
+    either side has initialised CUDA.
+
+    * ``cuda``: CUDA events around the round, the device synchronised before and after: the GPU's
+      own time, which a busy host CPU does not stretch.
+    * ``cpu``: the process's CPU time, for code that computes on one CPU (both sides at least
+      ``CPU_BOUND`` of a try on the CPU): a round the scheduler interrupts counts only what the
+      code itself ran, so a busy machine no longer turns one round in three into noise.
+    * ``wall``: anything that waits (a sleep, I/O, another process) or runs on several CPUs, where
+      CPU time would miss what a user waits for.
+    """
+    if cuda:
+        return "cuda"
+    if cpus is None or len(cpus) != 1:
+        return "wall"
+    return "cpu" if all(cpu_share.get(side, 0.0) >= CPU_BOUND for side in ("base", "head")) else "wall"
+
+
+def _torch_cuda():
+    # Only a process that has already initialised CUDA can have GPU work in flight, so nothing is
+    # imported or initialised here.
     torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-        except Exception:
-            pass
+    try:
+        return torch.cuda if torch is not None and torch.cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _cuda_sync():
+    cuda = _torch_cuda()
+    if cuda is not None:
+        with contextlib.suppress(Exception):
+            cuda.synchronize()
+
+
+def uses_cuda():
+    return _torch_cuda() is not None
 
 
 def _preemptions():
@@ -60,24 +94,51 @@ def _preemptions():
         return 0
 
 
-def timer(call, setup=None):
-    """``timed(n)``: (seconds for ``n`` calls of ``call``, GPU work included; whether the scheduler
-    took the CPU away meanwhile). ``setup`` runs untimed."""
+def _runqueue_wait():
+    """Seconds this thread has waited for a CPU while runnable (Linux's schedstat; 0 elsewhere):
+    time a busy machine took, as opposed to time the code chose to wait."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
-    def timed(n):
-        args = setup() if setup is not None else None
-        _cuda_sync()
-        before = _preemptions()
-        start = time.perf_counter()
+
+def timer(call, setup=None):
+    """``timed(n, clock)``: (seconds for ``n`` calls of ``call`` on ``clock`` — ``wall``, ``cpu`` or
+    ``cuda``, see :func:`choose_clock` — GPU work included; whether the scheduler took the CPU away
+    meanwhile; the share of the wall time spent on the CPU). ``setup`` runs untimed."""
+
+    def loop(n, args):
         if args is None:
             for _ in range(n):
                 call()
         else:
             for _ in range(n):
                 call(*args[0], **args[1])
+
+    def timed(n, clock="wall"):
+        args = setup() if setup is not None else None
+        cuda = _torch_cuda() if clock == "cuda" else None
+        events = (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) if cuda else None
         _cuda_sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, _preemptions() != before
+        before, queued = _preemptions(), _runqueue_wait()
+        cpu_start, start = time.process_time(), time.perf_counter()
+        if events:
+            events[0].record()
+        loop(n, args)
+        if events:
+            events[1].record()
+        _cuda_sync()
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        # The share of the time it could run that the code spent on the CPU: near 1 for code that
+        # computes however busy the machine, low for code that sleeps or waits for I/O.
+        could_run = wall - (_runqueue_wait() - queued)
+        share = min(1.0, cpu / could_run) if could_run > 0 else 1.0
+        elapsed = {"cpu": cpu, "wall": wall}.get(clock, wall)
+        if events:
+            elapsed = events[0].elapsed_time(events[1]) / 1000.0  # milliseconds
+        return elapsed, _preemptions() != before, share
 
     return timed
 
@@ -89,25 +150,41 @@ def serve(channel, name, timed, fixed_n=None):
     calibration included.
     """
     channel.send(ev="ready", name=name)
+    ran = False
     while True:
         command = channel.receive()
         if command.get("name", name) != name:
             continue  # a stop meant for an earlier benchmark that ended in an error
         what = command.get("cmd")
+        ran = ran or what in ("calibrate", "run")
         if what == "calibrate":
-            n, (elapsed, _) = 1, timed(1)
-            while fixed_n is None and elapsed < CALIBRATE_S and n < 10**6:
+            n, tries = 1, [timed(1)]
+            while fixed_n is None and tries[-1][0] < CALIBRATE_S and n < 10**6:
                 n *= 10
-                elapsed, _ = timed(n)
-            # The fastest of three: a neighbour can only make a try slower.
-            elapsed = min([elapsed] + [timed(n)[0] for _ in range(2)])
-            channel.send(ev="calibrated", name=name, estimate=elapsed / n, fixed=fixed_n)
+                tries = [timed(n)]
+            tries += [timed(n) for _ in range(2)]
+            # The fastest of three: a neighbour can only make a try slower; the largest CPU share:
+            # a try the scheduler did not interrupt shows whether the code computes or waits.
+            channel.send(
+                ev="calibrated",
+                name=name,
+                estimate=min(t[0] for t in tries) / n,
+                fixed=fixed_n,
+                cpu_share=max(t[2] for t in tries),
+                cuda=uses_cuda(),
+            )
         elif what == "run":
             calls = fixed_n or int(command["n"])
-            rounds = [timed(calls) for _ in range(max(1, int(command.get("rounds", 1))))]
-            times = [elapsed for elapsed, _ in rounds]
-            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[p for _, p in rounds])
+            clock = command.get("clock", "wall")
+            rounds = [timed(calls, clock) for _ in range(max(1, int(command.get("rounds", 1))))]
+            times = [r[0] for r in rounds]
+            channel.send(ev="rounds", name=name, times=times, n=calls, preempted=[r[1] for r in rounds])
         else:
+            if not ran:
+                # A process the benchmark ended before its turn (it did not calibrate, or joined
+                # late): the code still runs once, untimed, so what the test does with its result
+                # after the benchmark works as in any other process.
+                timed(1)
             return
 
 
