@@ -224,14 +224,18 @@ async def test_in_a_browser_the_set_up_page_registers_the_app_on_github(
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             await visit(browser, f"{url}/setup")
-            button = browser.find_element(By.ID, "register")
+            button = await asyncio.to_thread(browser.find_element, By.ID, "register")
             await asyncio.to_thread(button.click)  # posts the manifest to GitHub, which sends us back
+            # Every call in a thread: the driver waits for the page, which this loop serves.
             for _ in range(100):
-                if browser.find_elements(By.ID, "app-id"):
+                if await asyncio.to_thread(browser.find_elements, By.ID, "app-id"):
                     break
                 await asyncio.sleep(0.1)
-            assert browser.find_element(By.ID, "app-id").text == str(fake_github.app_id)
-            assert browser.current_url.startswith(f"{url}/setup/callback?code=")
+            shown = await asyncio.to_thread(lambda: browser.find_element(By.ID, "app-id").text)
+            assert shown == str(fake_github.app_id)
+            assert (await asyncio.to_thread(lambda: browser.current_url)).startswith(
+                f"{url}/setup/callback?code="
+            )
         finally:
             await runner.cleanup()
     assert setup.done.is_set()
