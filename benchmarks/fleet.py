@@ -23,6 +23,8 @@ a new database is made for the run and dropped after it. Prints:
 - recovery after kill -9 of the agent running a job: until another agent starts it (goal ≤ the
   stalled-after threshold + 2 s);
 - PostgreSQL transactions/s with the agents idle (alone, then with the replicas idle too).
+
+Longer than most scripts: it starts and drives the whole several-hosts scenario.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ under test installed into it, so paritybot's interpreter is the project's) and e
 
 The tables are printed as markdown, and every pull request's figures are written to
 ``DIR/results-LABEL.json``; ``--from-json`` prints that file's tables again.
+
+Longer than most scripts: fetching, replaying and scoring real pull requests in one run.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Pure: it takes :class:`EnvFacts` (from the probe, the config and the PR descript
 :class:`ParityReport`. Versions are compared at the precision both sides give ("12.1" matches
 "12.1.105"), local version tags (``+cu121``) only count when both sides show one, and cuDNN's
 integer form (``8902``, as ``torch.backends.cudnn.version()`` prints it) matches ``8.9.2``.
+
+Longer than most modules: each row of the table has its own comparison rule, kept together so
+the table reads as one decision.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The `paritybot` command: serve, check, config, env, select-tests, perf.
 
 Every user error is one line on stderr and exit code 2; no tracebacks for things the user can fix.
+
+Longer than most modules: the argument parser of every subcommand lives here, each
+subcommand's work in its own module.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Every field has a default that works, so a repository with no file gets a useful run. A bad file
 is reported with the key, the value and what was expected (see :func:`format_config_errors`).
+
+Longer than most modules: the whole `.github/paritybot.yml` schema, one model per section.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Nothing past the web handler passes raw dicts around; parsing produces these, deciding and
 rendering consume them.
+
+Longer than most modules: it is the vocabulary every layer imports; one place to look up a field.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The prologue (stopped, still running, never ran, not configured, could not run) is written once,
 in :func:`_check_run`; only a check with a result of its own reaches its renderer.
+
+Longer than most modules: each check's renderer is short; they share the prologue above.
 """
 
 from __future__ import annotations

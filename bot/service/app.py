@@ -11,6 +11,8 @@ their per-PR locks are advisory locks; each runs the publisher (woken by what ag
 through NOTIFY) and the reconciler (without its take-back: the stalled-job reaper does that), and
 :class:`bot.service.fleet.service.FleetLoops` mints the agents' clone tokens, LISTENs and runs the
 reaper.
+
+Longer than most modules: it is the wiring of both modes, in start-up order.
 """
 
 from __future__ import annotations

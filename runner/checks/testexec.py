@@ -12,6 +12,8 @@ count is in pytest's items (a selected class or function counts as the tests it 
 rest of the suite is counted as deselected, as pytest itself counts it. Selected ids the suite no
 longer has (a test renamed or removed, a ``/retest-gpu failed`` after a rename) are listed as not
 found, never run and never failures. Reruns name the failing tests on the command line.
+
+Longer than most modules: the attempts, the reruns and the repro commands share one step's state.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ place; what need not be here is in the helpers.)
 
 OUT (JSON) holds, per benchmark, the per-call time of each round on each side and which side went
 first, or the error that stopped it; paritybot's statistics (runner/perf/stats.py) read it.
+
+Longer than most modules: it is the one file the driver's process runs, in the run's image, on the
+standard library alone; what could be split out already was (the helpers named above).
 """
 
 from __future__ import annotations
