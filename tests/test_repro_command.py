@@ -397,6 +397,7 @@ async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_th
     tmp_path, project, test_image, docker_client, jupyter_wheels
 ):
     from browser_support import start_chromium
+    from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -430,8 +431,15 @@ async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_th
                     By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content"
                 ):
                     time.sleep(1)
-                editor = browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content")
-                editor.click()
+                # JupyterLab draws the cell before it takes input (its layout, the kernel starting).
+                while True:
+                    try:
+                        browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content").click()
+                        break
+                    except (ElementNotInteractableException, StaleElementReferenceException):
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(1)
                 ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
                 while (
                     time.monotonic() < deadline
