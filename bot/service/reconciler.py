@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from bot.service.publisher.publisher import Publisher
-from bot.service.supervisor import Supervisor
+from bot.service.supervisor import Supervisor, stop_kept
 
 log = structlog.get_logger(__name__)
 
@@ -75,11 +75,8 @@ class Reconciler:
         self._task = supervisor.keep("reconciler", self._loop)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_kept(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         while True:

@@ -70,6 +70,14 @@ class Supervisor:
             delay = min(delay * 2, self.max_delay_s)
 
 
+async def stop_kept(task: asyncio.Task[None] | None) -> None:
+    """Stop a loop :meth:`Supervisor.keep` started (None: it never started) and wait for it."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def _this_task_cancelled() -> bool:
     """Whether this task itself was cancelled (``Task.cancel``), not just handed the exception."""
     task = asyncio.current_task()

@@ -44,7 +44,7 @@ from bot.service.publisher.outputs import final_outputs, final_reaction, queued_
 from bot.service.run_memory import remember
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
-from bot.service.supervisor import Supervisor
+from bot.service.supervisor import Supervisor, stop_kept
 
 log = structlog.get_logger(__name__)
 
@@ -254,11 +254,8 @@ class Publisher:
         self._task = supervisor.keep("publisher", self._loop)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_kept(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         while True:

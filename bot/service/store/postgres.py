@@ -32,6 +32,7 @@ from bot.service.store.postgres_logs import PostgresRunLogs
 from bot.service.store.postgres_schema import migrate, safe_url
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
+    TOLD_SQL,
     Delivery,
     DeliveryStatus,
     Job,
@@ -40,6 +41,7 @@ from bot.service.store.records import (
     commit_record,
     links_by_test,
     pr_key,
+    told_record,
 )
 from runner.backends.base import StepProcess
 
@@ -401,14 +403,7 @@ class PostgresStore(PostgresRunLogs):
     def told(self, job_id: str) -> tuple[RunState | None, int]:
         """What GitHub was told of the job: the state, and how many progress writes it was not
         shown yet."""
-        rows = self._query(
-            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = %s",
-            (job_id,),
-        )
-        if not rows:
-            return None, 0
-        told = rows[0]["reported_state"]
-        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+        return told_record(self._query(TOLD_SQL.format(p="%s"), (job_id,)))
 
     def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
         """GitHub shows ``state``, and the progress writes seen before it was told (never later ones)."""

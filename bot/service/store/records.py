@@ -161,3 +161,15 @@ COMMIT_RECORD_SQL = (
     "AND environment = {p} AND head_sha = {p} AND pr_number IS NULL ORDER BY recorded_at DESC LIMIT 1) r "
     "LEFT JOIN test_outcomes o ON o.job_id = r.job_id AND o.outcome = 'failed'"
 )
+
+
+# What GitHub was told of a job: the state, and the progress writes it was not shown yet.
+TOLD_SQL = "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = {p}"
+
+
+def told_record(rows: Sequence[Mapping[str, Any]]) -> tuple[RunState | None, int]:
+    """:data:`TOLD_SQL`'s rows as (state told, progress writes unpublished); (None, 0): no job."""
+    if not rows:
+        return None, 0
+    told = rows[0]["reported_state"]
+    return (RunState(told) if told else None), int(rows[0]["unpublished"])

@@ -24,6 +24,7 @@ from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.overview import Overview, read_overview
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
+    TOLD_SQL,
     Delivery,
     DeliveryStatus,
     Job,
@@ -31,6 +32,7 @@ from bot.service.store.records import (
     TestRunRecord,
     commit_record,
     links_by_test,
+    told_record,
 )
 from bot.service.store.sqlite_logs import SQLiteRunLogs
 from bot.service.store.sqlite_schema import migrate
@@ -354,14 +356,7 @@ class SQLiteStore(SQLiteRunLogs):
         return [self._job(r) for r in rows]
 
     def told(self, job_id: str) -> tuple[RunState | None, int]:
-        rows = self._query(
-            "SELECT reported_state, progress - progress_published AS unpublished FROM jobs WHERE id = ?",
-            (job_id,),
-        )
-        if not rows:
-            return None, 0
-        told = rows[0]["reported_state"]
-        return (RunState(told) if told else None), int(rows[0]["unpublished"])
+        return told_record([dict(r) for r in self._query(TOLD_SQL.format(p="?"), (job_id,))])
 
     def mark_announced(self, job_id: str, state: RunState, progress_seen: int = 0) -> None:
         with self._tx() as c:
