@@ -431,20 +431,38 @@ async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_th
                     By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content"
                 ):
                     time.sleep(1)
-                # JupyterLab draws the cell before it takes input (its layout, the kernel starting).
-                while True:
-                    try:
-                        browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content").click()
-                        break
-                    except (ElementNotInteractableException, StaleElementReferenceException):
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(1)
-                ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-                while (
-                    time.monotonic() < deadline
-                    and "entering PDB" not in browser.find_element(By.TAG_NAME, "body").text
-                ):
+
+                def body() -> str:
+                    return str(browser.find_element(By.TAG_NAME, "body").text)
+
+                def run_first_cell() -> None:
+                    # JupyterLab draws the cell before it takes input (its layout, the kernel starting).
+                    while True:
+                        try:
+                            browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content").click()
+                            break
+                        except (ElementNotInteractableException, StaleElementReferenceException):
+                            if time.monotonic() > deadline:
+                                raise
+                            time.sleep(1)
+                    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(
+                        Keys.SHIFT
+                    ).perform()
+
+                # A cell run before the kernel is connected is dropped, not queued: wait for it.
+                while time.monotonic() < deadline and "| Idle" not in body():
+                    time.sleep(1)
+                run_first_cell()
+                retried = False
+                while time.monotonic() < deadline and "entering PDB" not in body():
+                    prompt = browser.find_element(
+                        By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt"
+                    ).text
+                    if not retried and prompt.strip() == "[ ]:" and "| Idle" in body():
+                        time.sleep(5)  # still not started after the kernel went idle: it was dropped
+                        if "entering PDB" not in body():
+                            run_first_cell()
+                        retried = True
                     time.sleep(1)
                 return str(browser.find_element(By.TAG_NAME, "body").text)
 
@@ -466,3 +484,19 @@ async def test_ssh_and_jupyter_need_the_container_and_say_so_before_anything_run
         assert code == 2, out
         assert f"paritybot: {mode} needs the run's container; it cannot be used with --runner host" in out
         assert "rerunning" not in out
+
+
+def test_the_notebook_reruns_the_test_with_the_runs_arguments_and_the_cache_off_once() -> None:
+    from bot.cli.repro_jupyter import notebook
+
+    def call(pytest_args: list[str]) -> str:
+        cell = json.loads(notebook("tests/test_calc.py::test_add", pytest_args))["cells"][0]
+        return str(cell["source"][-1]).strip()
+
+    assert call(["-p", "no:cacheprovider", "-x"]) == (
+        'pytest.main(["-p", "no:cacheprovider", "-x", "tests/test_calc.py::test_add", "--pdb"])'
+    )
+    assert (
+        call(["-x"])
+        == 'pytest.main(["-p", "no:cacheprovider", "-x", "tests/test_calc.py::test_add", "--pdb"])'
+    )

@@ -13,6 +13,7 @@ reaches it through a small relay started with ``docker exec`` per connection
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import secrets
 import subprocess
@@ -91,8 +92,18 @@ def _wheels_archive(folder: Path, uid: int, gid: int) -> bytes:
     return buf.getvalue()
 
 
+def _disables(pytest_args: list[str], plugin: str) -> bool:
+    pairs = itertools.pairwise(pytest_args)
+    return (
+        any(flag == "-p" and value == f"no:{plugin}" for flag, value in pairs)
+        or f"-pno:{plugin}" in pytest_args
+    )
+
+
 def notebook(nodeid: str, pytest_args: list[str]) -> str:
-    argv = ["-p", "no:cacheprovider", *pytest_args, nodeid, "--pdb"]
+    # The run's own arguments already keep pytest's cache out of the project; say it once.
+    cache_off = [] if _disables(pytest_args, "cacheprovider") else ["-p", "no:cacheprovider"]
+    argv = [*cache_off, *pytest_args, nodeid, "--pdb"]
     cell: dict[str, Any] = {
         "cell_type": "code",
         "execution_count": None,
