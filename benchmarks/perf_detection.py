@@ -13,8 +13,10 @@ pytest-benchmark tests each, of different sizes —
 * ``arrays`` (numpy): a dot product of a few µs, a cumulative sum of about 0.5 ms and a sort of
   about 15 ms.
 
-A *slowdown* makes one benchmark do 2, 5, 10 or 20% more work on head (more loop iterations, longer
-arrays: work, not a sleep). Per trial and project there are three cases, in random order: a
+A *slowdown* makes one benchmark 2, 5, 10 or 20% slower on head by more work (more loop iterations,
+longer arrays: work, not a sleep), sized at the start by timing base and head interleaved in one
+process (:func:`calibrate`: time is not proportional to work), the effect so measured saved with
+each case. Per trial and project there are three cases, in random order: a
 *mixed* change slows the three benchmarks by three different levels (0 among them, rotating, so
 each benchmark gets each level in turn), a *no-op* change edits a comment, and an *A/A* case
 compares base with itself. Every case gets fresh checkouts and is measured both ways, the order
@@ -84,18 +86,68 @@ def spin(n):
 '''
 
 
-def write_project(root: Path, project: str, slow: dict[str, float], note: str) -> None:
+def write_project(root: Path, project: str, work: dict[str, int], note: str) -> None:
+    """The project with each benchmark doing ``work`` (its size; the base's where not named)."""
     (root / "tests").mkdir(parents=True)
     functions = []
     for name, (n, statement) in PROJECTS[project].items():
-        work = round(n * (1 + slow.get(name, 0.0)))
-        functions.append(f"def {name}():\n    return {statement.format(n=work)}")
+        functions.append(f"def {name}():\n    return {statement.format(n=work.get(name, n))}")
     (root / "sample.py").write_text(MODULE.format(note=note, functions="\n\n\n".join(functions)))
     tests = "\n\n".join(
         f"def test_{name}(benchmark):\n    assert benchmark(sample.{name}) is not None"
         for name in PROJECTS[project]
     )
     (root / "tests" / "test_sample.py").write_text(f"import sample\n\n\n{tests}\n")
+
+
+def _function(project: str, name: str, n: int) -> Any:
+    statement = PROJECTS[project][name][1].format(n=n)
+    namespace: dict[str, Any] = {}
+    exec(MODULE.format(note="calibrated", functions=f"def f():\n    return {statement}"), namespace)
+    return namespace["f"]
+
+
+def interleaved_ratio(base: Any, head: Any, seconds: float = 1.5) -> float:
+    """head/base in one process, blocks of calls alternating (the side first alternating too):
+    the true effect of a change, with no between-process variance in it."""
+    started = time.perf_counter()
+    base()
+    calls = max(1, int(0.003 / max(time.perf_counter() - started, 1e-7)))
+    ratios = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(ratios) < 20:
+        timed = {}
+        for side, f in (
+            (("base", base), ("head", head)) if len(ratios) % 2 else (("head", head), ("base", base))
+        ):
+            began = time.perf_counter()
+            for _ in range(calls):
+                f()
+            timed[side] = time.perf_counter() - began
+        ratios.append(timed["head"] / timed["base"])
+    return statistics.median(ratios)
+
+
+def calibrate(project: str, levels: list[float]) -> dict[str, dict[float, tuple[int, float]]]:
+    """Per benchmark and slowdown level, the work that makes head that much slower, and the
+    effect measured: time is not proportional to work (a call's fixed cost, a dot product's
+    slicing, a sort's n log n), so "5% more work" is not a 5% slowdown — the effect is what the
+    detection is about. Fitted on an affine model of time in work, then measured."""
+    out: dict[str, dict[float, tuple[int, float]]] = {}
+    for name, (n, _) in PROJECTS[project].items():
+        base = _function(project, name, n)
+        # The share of the time that scales with the work: 20% more work adds 20% of that share.
+        scaling = max(0.05, (interleaved_ratio(base, _function(project, name, round(1.2 * n))) - 1) / 0.2)
+        out[name] = {0.0: (n, 1.0)}
+        for level in (x for x in levels if x):
+            work = round(n * (1 + level / scaling))
+            effect = interleaved_ratio(base, _function(project, name, work))
+            if abs(effect - 1 - level) > 0.2 * level and effect > 1:
+                # Not affine this far (a sort's n log n, caches): one secant step, measured again.
+                work = round(n + (work - n) * level / (effect - 1))
+                effect = interleaved_ratio(base, _function(project, name, work))
+            out[name][level] = (work, effect)
+    return out
 
 
 def bench_name(name: str) -> str:
@@ -171,12 +223,19 @@ def cases(
     return out
 
 
-async def measure(case: dict[str, Any], index: int) -> dict[str, Any]:
+Calibration = dict[
+    str, dict[str, dict[float, tuple[int, float]]]
+]  # project → benchmark → level → (work, effect)
+
+
+async def measure(case: dict[str, Any], index: int, calibration: Calibration) -> dict[str, Any]:
+    sizes = calibration[case["project"]]
+    work = {name: sizes[name][level][0] for name, level in case["slow"].items() if level}
     workspace = Path(tempfile.mkdtemp(prefix="perf-case-"))
     try:
         write_project(workspace / "base", case["project"], {}, "measured")
         note = "measured, a comment changed" if case["change"] == "no-op" else "measured"
-        write_project(workspace / "head", case["project"], case["slow"], note)
+        write_project(workspace / "head", case["project"], work, note)
         load_before = os.getloadavg()[0]
         if index % 2:
             separate, separate_wall = run_separate(workspace)
@@ -187,6 +246,7 @@ async def measure(case: dict[str, Any], index: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     return case | {
+        "effect": {name: sizes[name][level][1] for name, level in case["slow"].items()},
         "report": report,
         "ab_wall": ab_wall,
         "separate": separate,
@@ -217,6 +277,10 @@ def analyse(records: list[dict[str, Any]]) -> None:
             if c and c.low and c.high:
                 widths.setdefault(bench, []).append(c.high / c.low - 1)
     loads = [r["load"] for r in records]
+    for level in SLOWDOWNS:
+        effects = [e for r in records for b, e in r.get("effect", {}).items() if r["slow"][b] == level]
+        if effects:
+            print(f"+{level:.0%}: effect measured in one process {min(effects):.3f}–{max(effects):.3f}")
     print(
         f"\n{len(records)} cases ({sum(r['change'] == 'A/A' for r in records)} A/A, "
         f"{sum(r['change'] == 'no-op' for r in records)} no-op), {len(rows)} benchmark comparisons; "
@@ -296,14 +360,16 @@ def analyse(records: list[dict[str, Any]]) -> None:
     )
 
 
-async def run(plan: list[dict[str, Any]], raw: Path | None, minutes: float) -> list[dict[str, Any]]:
+async def run(
+    plan: list[dict[str, Any]], calibration: Calibration, raw: Path | None, minutes: float
+) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     deadline = time.monotonic() + minutes * 60
     for index, case in enumerate(plan):
         if time.monotonic() > deadline:
             print(f"stopped at the time limit after {index} of {len(plan)} cases", file=sys.stderr)
             break
-        record = await measure(case, index)
+        record = await measure(case, index, calibration)
         records.append(record)
         slow = ", ".join(f"{k} +{v:.0%}" for k, v in case["slow"].items() if v) or case["change"]
         print(
@@ -336,7 +402,14 @@ def main() -> None:
     projects = args.projects.split(",") if args.projects else None
     changes = tuple(args.changes.split(",")) if args.changes else CHANGES
     plan = cases(args.trials, levels=levels, projects=projects, changes=changes)
-    records = asyncio.run(run(plan, args.raw, args.minutes))
+    calibration = {project: calibrate(project, levels) for project in projects or PROJECTS}
+    for project, sizes in calibration.items():
+        for name, by_level in sizes.items():
+            effects = ", ".join(
+                f"+{level:.0%}: {effect:.3f}" for level, (_, effect) in by_level.items() if level
+            )
+            print(f"calibrated {project}/{name}: {effects}", flush=True)
+    records = asyncio.run(run(plan, calibration, args.raw, args.minutes))
     analyse(records)
 
 

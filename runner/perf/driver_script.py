@@ -613,7 +613,7 @@ DEFAULTS = {
     "processes": 8,
     "warmup": 1,
     "min_rounds": 10,
-    "max_rounds": 200,
+    "max_rounds": 600,
     "round_time_s": 0.002,
     "max_time_s": 1.2,
     "threshold": 0.03,

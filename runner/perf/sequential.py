@@ -145,30 +145,45 @@ def log_interval(found, alpha):
     return mean, mean - half, mean + half
 
 
-def change_p_value(found, threshold):
-    """Two-sided p-value of "the change is past the threshold" (a regression or an improvement):
-    twice the smaller of the one-sided p-values of log ratio <= log(1 + threshold) and of
-    log ratio >= -log(1 + threshold). The interval at level ``1 - alpha`` lies wholly past one
-    threshold exactly when this is at most ``alpha``."""
+def change_p_value(found):
+    """Two-sided p-value of "no change" (a ratio of 1), from :func:`estimate`'s answer. The
+    interval at level ``1 - alpha`` excludes 1 exactly when this is at most ``alpha``."""
     if found is None:
         return 1.0
     mean, error, df = found
-    bound = math.log1p(threshold)
     if error == 0:
-        return 0.0 if abs(mean) > bound else 1.0
-    slower = t_tail((mean - bound) / error, df)
-    faster = t_tail((-bound - mean) / error, df)
-    return min(1.0, 2.0 * min(slower, faster))
+        return 0.0 if mean != 0 else 1.0
+    return min(1.0, 2.0 * t_tail(abs(mean) / error, df))
+
+
+def answer(found, alpha, threshold):
+    """What the interval at ``1 - alpha`` says, or None while it is undecided:
+
+    * ``"regression"``: the whole interval is above 1 (slower, at the error promised) and the
+      estimate is past ``1 + threshold`` (by more than the threshold) — as pyperf's ``compare_to``
+      calls a change significant and at least ``--min-speed``;
+    * ``"improvement"``: the same below;
+    * ``"no change"``: the whole interval is within ±threshold.
+
+    An interval that excludes 1 with the estimate inside the threshold, or that includes 1 and
+    reaches past a threshold, is undecided: more rounds can still move it either way."""
+    interval = log_interval(found, alpha)
+    if interval is None:
+        return None
+    mean, low, high = interval
+    bound = math.log1p(threshold)
+    if low > 0 and mean >= bound:
+        return "regression"
+    if high < 0 and mean <= -bound:
+        return "improvement"
+    if -bound <= low and high <= bound:
+        return "no change"
+    return None
 
 
 def decisive(found, alpha, threshold):
-    """Whether the interval at ``1 - alpha`` is wholly inside ±threshold or wholly past one."""
-    interval = log_interval(found, alpha)
-    if interval is None:
-        return False
-    _, low, high = interval
-    bound = math.log1p(threshold)
-    return (-bound <= low and high <= bound) or low > bound or high < -bound
+    """Whether the interval at ``1 - alpha`` gives an answer (:func:`answer`)."""
+    return answer(found, alpha, threshold) is not None
 
 
 def look_budgets(max_time_s, looks=LOOKS):

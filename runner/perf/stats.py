@@ -17,9 +17,10 @@ the driver, which stops measuring a benchmark once its answer is decisive):
   touches no benchmark is flagged at most ``1 - confidence`` of the time however many benchmarks
   the suite has (the benchmarks' tests are one-sided and positively dependent, where BH holds).
 
-A regression is called when the whole interval lies above ``1 + threshold``, an improvement below
-``1 / (1 + threshold)``, "no change" between the two; an interval that straddles a threshold is
-"inconclusive", with the rounds and processes it rests on; "too few rounds" means just that.
+A regression is called when the whole interval lies above 1 (slower, at the error promised) and the
+estimate is past ``1 + threshold`` (by more than the threshold), an improvement the same below,
+"no change" when the whole interval is within ±threshold; any other interval is "inconclusive",
+with the rounds and processes it rests on; "too few rounds" means just that.
 A benchmark that failed on either side is an error, never a regression.
 """
 
@@ -29,7 +30,7 @@ import math
 import statistics
 
 from bot.core.perf import BenchmarkSamples, Comparison, DriverReport, PerfThresholds, Verdict
-from runner.perf.sequential import MIN_PROCESSES, change_p_value, estimate, log_interval
+from runner.perf.sequential import MIN_PROCESSES, answer, change_p_value, estimate, log_interval
 
 
 def estimate_of(samples: BenchmarkSamples) -> tuple[float, float, float] | None:
@@ -50,7 +51,8 @@ def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | No
     pairs = len({r.process for r in samples.rounds})
     where = f"{len(base)} rounds in {pairs} process pair{'' if pairs == 1 else 's'}"
     enough = len(base) >= limits.min_rounds
-    found = log_interval(estimate_of(samples), alpha / samples.looks) if enough else None
+    estimated = estimate_of(samples) if enough else None
+    found = log_interval(estimated, alpha / samples.looks)
     if found is None:
         return Comparison(
             **common,
@@ -61,20 +63,46 @@ def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | No
         )
     ratio, low, high = (math.exp(v) for v in found)
     figures = {**common, **medians, "ratio": ratio, "low": low, "high": high, "processes": pairs}
-    upper, lower = 1 + limits.threshold, 1 / (1 + limits.threshold)
     band = f"±{limits.threshold:.0%}"
     span = f"interval {low:.3f}–{high:.3f}"
-    if low > upper:
-        return Comparison(**figures, verdict=Verdict.REGRESSION, reason=f"{span}, wholly above +{band[1:]}")
-    if high < lower:
-        return Comparison(**figures, verdict=Verdict.IMPROVEMENT, reason=f"{span}, wholly below −{band[1:]}")
-    if low >= lower and high <= upper:
+    said = answer(estimated, alpha / samples.looks, limits.threshold)
+    if said in ("regression", "improvement"):
+        verdict = Verdict.REGRESSION if said == "regression" else Verdict.IMPROVEMENT
+        return Comparison(
+            **figures, verdict=verdict, reason=_why_a_change(ratio, low, high, limits.threshold)
+        )
+    if said == "no change":
         return Comparison(**figures, verdict=Verdict.NO_CHANGE, reason=f"{span} within {band}")
     return Comparison(
         **figures,
         verdict=Verdict.INCONCLUSIVE,
-        reason=f"{span} straddles {band}; {where}; rerun with a larger budget (`max_time_s`, `processes`)",
+        reason=f"{span} straddles {band}{_what_it_may_be(low, high)}; {where}; "
+        "rerun with a larger budget (`max_time_s`, `processes`)",
     )
+
+
+def _why_a_change(ratio: float, low: float, high: float, threshold: float) -> str:
+    span, band = f"interval {low:.3f}–{high:.3f}", f"{threshold:.0%}"
+    if low > 1 + threshold:
+        return f"{span}, wholly above +{band}"
+    if high < 1 / (1 + threshold):
+        return f"{span}, wholly below −{band}"
+    # Certainly a change; past the threshold at the best estimate, not at every point of the interval.
+    slower = ratio > 1
+    size = ratio - 1 if slower else 1 - ratio
+    return (
+        f"{span}, wholly {'above' if slower else 'below'} 1: {'slower' if slower else 'faster'} "
+        f"by {size:.1%} at the best estimate, past {'+' if slower else '−'}{band}"
+    )
+
+
+def _what_it_may_be(low: float, high: float) -> str:
+    """An undecided interval that excludes 1 is a real change, of a size not known well enough."""
+    if low > 1:
+        return ", wholly above 1: slower, by less than the threshold at the best estimate"
+    if high < 1:
+        return ", wholly below 1: faster, by less than the threshold at the best estimate"
+    return ""
 
 
 def family_alpha(p_values: list[float], q: float) -> float:
@@ -91,6 +119,6 @@ def compare_all(report: DriverReport, limits: PerfThresholds) -> list[Comparison
     """Every benchmark's verdict, the run's comparisons held together (Benjamini–Hochberg)."""
     measured = [s for s in report.benchmarks if s.error is None]
     # A look-adjusted p-value per benchmark: the interval of its final look is at alpha / looks.
-    p_values = [min(1.0, s.looks * change_p_value(estimate_of(s), limits.threshold)) for s in measured]
+    p_values = [min(1.0, s.looks * change_p_value(estimate_of(s))) for s in measured]
     alpha = family_alpha(p_values, 1 - limits.confidence)
     return [compare(samples, limits, alpha) for samples in report.benchmarks]

@@ -75,7 +75,7 @@ class PerfPlan(BaseModel):
     )
     warmup: int = Field(1, ge=0, le=50, description="rounds per pair of processes run first and discarded")
     min_rounds: int = Field(10, ge=1, le=1000)
-    max_rounds: int = Field(200, ge=1, le=1000)
+    max_rounds: int = Field(600, ge=1, le=1000)
     round_time_s: float = Field(
         0.002, gt=0, description="time one round aims at on one side: short, so few are preempted"
     )
