@@ -2,8 +2,9 @@
 
 The real bot against the fake GitHub, on the demo project: its first run fails one test. A push
 then adds a slow test; the second run runs the test that failed before first (failure first), and
-the tests check run shows it failing, in progress, while the slow test still runs; the final
-result replaces it. The same with the tests in a container of the real Docker engine.
+the tests check run shows it failing, in progress, with a warning on the test's line, while the slow
+test still runs; the final result replaces it and adds its own annotation, the early one not sent
+twice. The same with the tests in a container of the real Docker engine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from botharness import REPO, BotHarness
 from docker_support import docker_client, test_image
 from fakegithub import FakeGitHub
+from fakegithub.state import CheckRun
 from finishing import FAST, finished, view
 from sample_repo import BROKEN_TEST
 from serveproc import TESTS
@@ -49,6 +51,11 @@ async def test_from_a_container_too_the_first_failure_shows_before_the_tests_end
     await _first_failure_first(bot, fake_github)
 
 
+def _tests_run(fake_github: FakeGitHub, head: str) -> CheckRun:
+    (run,) = [r for r in fake_github.check_runs(REPO, head_sha=head) if r.name == TESTS]
+    return run
+
+
 async def _first_failure_first(bot: BotHarness, fake_github: FakeGitHub) -> None:
     try:
         assert await bot.send("pull_request", bot.pr_event("opened")) == 202
@@ -66,6 +73,10 @@ async def _first_failure_first(bot: BotHarness, fake_github: FakeGitHub) -> None
         assert state["status"] == "in_progress"
         assert state["output"]["title"].startswith("1 failed so far, ")
         assert BROKEN_TEST in state["output"]["summary"]
+        # On the test's line at once, as a warning: what caused it is known only at the end.
+        (early,) = _tests_run(fake_github, head).annotations
+        assert (early["path"], early["annotation_level"]) == (BROKEN_TEST.split("::")[0], "warning")
+        assert early["message"].startswith("Failed at this head while the other tests still ran: ")
         await bot.wait_for(
             "the summary to say so",
             lambda: "failed so far" in view(fake_github, REPO, 7, head).summaries[0],
@@ -76,5 +87,8 @@ async def _first_failure_first(bot: BotHarness, fake_github: FakeGitHub) -> None
         assert final["status"] == "completed" and final["conclusion"] == "failure"
         assert "failed so far" not in final["output"]["title"]
         assert "failed so far" not in view(fake_github, REPO, 7, head).summaries[0]
+        # The early annotation was sent once, whatever updates came between; the final adds its own.
+        levels = sorted(a["annotation_level"] for a in _tests_run(fake_github, head).annotations)
+        assert levels == ["failure", "warning"]
     finally:
         await bot.stop()

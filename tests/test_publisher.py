@@ -17,10 +17,18 @@ import pytest
 from fakegithub import FakeGitHub
 from finishing import CHECK_RUN
 from postgres_support import pg_url
-from report_samples import running_run
+from report_samples import running_run, tests_failed
 
 from bot.core.kinds import CHECK_KINDS, CheckKind
-from bot.core.models import RunReport, RunRequest, RunState
+from bot.core.models import (
+    CheckStatus,
+    RunReport,
+    RunRequest,
+    RunState,
+    TestCaseResult,
+    TestOutcome,
+    TestsProgress,
+)
 from bot.render.check_runs import check_run_name
 from bot.render.comment import STICKY_MARKER
 from bot.service.fleet.notify import listen
@@ -163,6 +171,50 @@ async def test_an_end_whose_publish_github_broke_off_is_completed_by_the_next_wa
     assert len(github.summaries()) == 1
     assert not sqlite_store.get_job(job.id).report_due  # type: ignore[union-attr]
     assert sqlite_store.jobs_to_announce() == []
+
+
+async def test_each_failure_is_annotated_at_once_and_once_however_often_the_run_is_published(
+    github: GitHubSide, sqlite_store: SQLiteStore
+) -> None:
+    publisher = Publisher(sqlite_store, github.app, PrLocks())
+    job = started(sqlite_store)
+    failed = tests_failed()
+    first, second = (r for r in failed.results if r.outcome == TestOutcome.FAILED)
+
+    def tests_so_far(done: int, failures: list[TestCaseResult]) -> RunReport:
+        running = failed.model_copy(
+            update={
+                "status": CheckStatus.FAILED,
+                "results": failures,
+                "in_progress": TestsProgress(done=done, total=7),
+            }
+        )
+        return so_far(job).model_copy(update={"tests": running})
+
+    for done, failures in ((1, [first]), (2, [first]), (4, [first, second])):
+        assert sqlite_store.save_progress(job.id, job.attempts, tests_so_far(done, failures))
+        assert await publisher.publish(job.id)
+    ended = so_far(job).model_copy(update={"state": RunState.FAILED, "tests": failed})
+    assert sqlite_store.finish(job.id, RunState.FAILED, ended, None, attempt=job.attempts)
+    assert await publisher.publish(job.id)
+
+    (tests_run,) = [
+        r
+        for r in github.fake.check_runs(REPO, head_sha=HEAD)
+        if r.name == check_run_name(CheckKind.TESTS, job.environment)
+    ]
+    placed = sorted((a["title"], a["annotation_level"]) for a in tests_run.annotations)
+    # While running: a warning per failure, each once though the run was published three times;
+    # at the end, the final annotations (the flaky test's a warning).
+    assert placed == sorted(
+        [
+            (first.nodeid, "warning"),
+            (second.nodeid, "warning"),
+            (first.nodeid, "failure"),
+            (second.nodeid, "failure"),
+            (failed.results[2].nodeid, "warning"),
+        ]
+    )
 
 
 async def follow(publisher: Publisher, run_id: str, seen: list[RunState]) -> None:

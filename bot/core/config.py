@@ -279,7 +279,9 @@ class PerformanceSettings(_Strict):
     environments: list[str] = Field(
         default_factory=list, description="environment names that compare; empty: every one that runs"
     )
-    threshold: float = Field(0.03, gt=0, lt=10, description="a regression is slower by more than this")
+    threshold: float = Field(
+        0.03, gt=0, lt=10, description="a regression: certainly slower, by more than this at the estimate"
+    )
     confidence: float = Field(
         0.99,
         gt=0.5,

@@ -30,6 +30,9 @@ SAFETY_MARGIN = 512
 # Annotations on one check run. Each 50 costs one API call; past this the rest are listed in the
 # run's text instead, so a run with 20,000 lint findings does not make 400 calls.
 ANNOTATIONS_PER_RUN_MAX = 1_000
+# Failures annotated while the tests still run: the first few, each once (the final result adds
+# its own); more would be a second copy of the final annotations.
+EARLY_ANNOTATIONS_MAX = 10
 # An annotation message is read in a hover box: the first lines of an error say what broke.
 ANNOTATION_MESSAGE_SOFT_MAX = 4_000
 

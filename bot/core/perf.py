@@ -123,8 +123,8 @@ class PerfThresholds(Model):
         0.03,
         gt=0,
         lt=10,
-        description="a regression is a ratio head/base whose whole interval is above 1 + threshold; "
-        "an improvement one whose whole interval is below 1 / (1 + threshold)",
+        description="a regression is a ratio head/base whose whole interval is above 1 and whose "
+        "estimate is above 1 + threshold; an improvement the same below 1 and 1 / (1 + threshold)",
     )
     confidence: float = Field(
         0.99,

@@ -107,6 +107,28 @@ def failure_line(path: str, message: str, fallback: int | None = None) -> int:
     return best[1] if best else (fallback or 1)
 
 
+def early_test_annotation(r: TestCaseResult) -> dict[str, Any] | None:
+    """A test that failed while the others still run, on its line at once. A warning: whether the
+    change caused it (a rerun, the base) is known only when the tests end, and GitHub keeps every
+    annotation it was sent, so this one says only what is already certain."""
+    path = nodeid_path(r.nodeid)
+    if path is None:
+        return None
+    headline = error_headline(r.message) or r.outcome.value
+    message = (
+        f"Failed at this head while the other tests still ran: {headline}\n\n"
+        "Whether this change caused it (a rerun, the same test at the base) is in the final result."
+    )
+    return annotation(
+        path,
+        failure_line(path, r.message, r.line),
+        failure_line(path, r.message, r.line),
+        "warning",
+        message,
+        r.nodeid,
+    )
+
+
 def test_annotation(r: TestCaseResult) -> dict[str, Any] | None:
     path = nodeid_path(r.nodeid)
     if path is None:

@@ -28,7 +28,13 @@ from bot.core.models import (
 )
 from bot.core.verdict import failing_tests, fails_the_change, flaky_tests, pre_existing_failures
 from bot.render import markdown as md
-from bot.render.annotations import annotation, capped, hook_annotations, test_annotation
+from bot.render.annotations import (
+    annotation,
+    capped,
+    early_test_annotation,
+    hook_annotations,
+    test_annotation,
+)
 from bot.render.check_runs import (
     CheckRunOutput,
     CheckRunStatus,
@@ -338,9 +344,12 @@ def _tests_run(report: RunReport, tests: TestsResult, outcome: _Outcome | None) 
         blocks.insert(
             0, "### Last lines of the output\n\n" + md.fence(limits.truncate(tail, limits.CHECK_ERROR_CHARS))
         )
-    annotations = [a for r in [*failing, *pre, *flaky] if (a := test_annotation(r)) is not None]
-    if tests.in_progress is not None:
-        annotations = []  # GitHub appends annotations on each update: the final result brings them
+    if tests.in_progress is None:
+        annotations = [a for r in [*failing, *pre, *flaky] if (a := test_annotation(r)) is not None]
+    else:
+        # The first failures at once, each sent once (the reporter keeps what GitHub was sent).
+        early = failing[: limits.EARLY_ANNOTATIONS_MAX]
+        annotations = [a for r in early if (a := early_test_annotation(r)) is not None]
     return _check_output(
         report,
         CheckKind.TESTS,

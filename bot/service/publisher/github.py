@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,20 @@ from bot.service.store.protocol import Store
 from bot.service.store.records import Job, PullState
 
 log = structlog.get_logger(__name__)
+
+
+# GitHub appends a check run's annotations on every update and never takes one back: each is sent
+# once per check run (an early one while the tests run, then the final ones), whatever else
+# changes. The ids sent are kept beside the digests, under this key.
+_ANNOTATED = "{kind}#annotated"
+
+
+def _annotation_id(annotation: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(annotation, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _annotated(recorded: str | None) -> set[str]:
+    return set(json.loads(recorded)) if recorded else set()
 
 
 def _digest(out: CheckRunOutput) -> str:
@@ -134,11 +149,21 @@ class GitHubReporter:
                 if job.check_run_sent.get(kind) == digest:
                     continue
                 known = job.check_runs.get(kind) or existing.get(job.external_id(kind))
+                annotated = _annotated(job.check_run_sent.get(_ANNOTATED.format(kind=kind)))
+                fresh = out.model_copy(
+                    update={"annotations": [a for a in out.annotations if _annotation_id(a) not in annotated]}
+                )
                 check_id = await self._send(
-                    job.repo, job.head_sha, job.external_id(kind), known, out, self.run_url(job.id)
+                    job.repo, job.head_sha, job.external_id(kind), known, fresh, self.run_url(job.id)
                 )
                 if kind not in job.check_runs:
                     await asyncio.to_thread(self.store.set_check_runs, job.id, {kind: check_id})
+                if fresh.annotations:
+                    annotated |= {_annotation_id(a) for a in fresh.annotations}
+                    sent = json.dumps(sorted(annotated))
+                    await asyncio.to_thread(
+                        self.store.set_check_run_sent, job.id, _ANNOTATED.format(kind=kind), sent
+                    )
                 await asyncio.to_thread(self.store.set_check_run_sent, job.id, kind, digest)
 
     def run_url(self, job_id: str) -> str | None:

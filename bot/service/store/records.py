@@ -51,7 +51,9 @@ class Job(BaseModel):
         None, description="when creating its check runs was first tried: a retry looks them up first"
     )
     check_run_sent: dict[str, str] = Field(
-        default_factory=dict, description="check kind → digest of the last body sent for it"
+        default_factory=dict,
+        description="check kind → digest of the last body sent for it; `KIND#annotated` → the ids "
+        "of the annotations sent to it (JSON), each sent once",
     )
     report_due: bool = Field(False, description="final, and GitHub does not show it yet")
     heartbeat_at: datetime | None = None
