@@ -6,6 +6,7 @@ EarlyResults) is told the failures so far, and the tests check run renders them 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from gitrepo import GitRepo
@@ -66,6 +67,7 @@ async def test_the_first_failure_is_reported_while_the_rest_still_run(tmp_path: 
         "tests/test_a.py::test_fails_at_once"
     ]
     [tests_run] = [o for o in render_check_runs(first) if o.kind == CheckKind.TESTS]
+    assert first.tests.results[0].line == 5, "the early failure is placed on the test's own line"
     assert tests_run.status == "in_progress"
     assert tests_run.title == "1 failed so far, 1 of 2 still running"
     assert "❌ 1 failed so far, 1 of 2 still running" in render_comment(first, stage=Stage.RUNNING)
@@ -84,3 +86,17 @@ def test_the_live_file_is_never_read_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "live.jsonl").symlink_to(secret)
     tail = LiveTail(tmp_path / "live.jsonl")
     assert not tail.read() and tail.failed == []
+
+
+def test_a_line_in_the_live_file_is_taken_only_as_a_line_number(tmp_path: Path) -> None:
+    # The PR's code can write the live file: what is not a plausible line number is dropped.
+    lines = [7, "7", True, -1, 10**12, 2.5]
+    (tmp_path / "live.jsonl").write_text(
+        "".join(
+            json.dumps({"failed": f"tests/test_x.py::test_{i}", "line": v}) + "\n"
+            for i, v in enumerate(lines)
+        )
+    )
+    tail = LiveTail(tmp_path / "live.jsonl")
+    assert tail.read()
+    assert [r.line for r in tail.failed] == [7, None, None, None, None, None]

@@ -205,7 +205,10 @@ class TestCaseResult(Model):
     collection_error: bool = Field(
         False, description="a selected module (``nodeid`` is its path) that pytest could not collect"
     )
-    line: int | None = Field(None, description="the test's definition line, from pytest's report")
+    line: int | None = Field(
+        None,
+        description="a line of the test's own file: its definition, from pytest's report; while the tests still run, the failure's last frame there",
+    )
     cause: FailureCause | None = Field(
         None, description="a failing test's attribution; None: not attributed (no base to run it on)"
     )

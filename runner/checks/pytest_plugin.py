@@ -202,9 +202,31 @@ def pytest_runtest_logreport(report):
     if report.failed and report.nodeid not in _STATE.failed:
         _STATE.failed.add(report.nodeid)
         lines = [line for line in str(report.longrepr).splitlines() if line.strip()]
-        _live({"failed": report.nodeid, "message": "\n".join(lines[-3:])[-500:]})
+        entry = {"failed": report.nodeid, "message": "\n".join(lines[-3:])[-500:]}
+        line = _line_in_own_file(report)
+        if line is not None:
+            entry["line"] = line
+        _live(entry)
     if report.when == "teardown":
         _live({"done": 1})
+
+
+def _line_in_own_file(report):
+    """The line of the test's own file nearest the failure: its last frame there, else the test's
+    definition. The message keeps only the error's last lines, which name the library's frame when
+    the library raised."""
+    path = report.location[0]
+    found = None
+    for entry in getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", None) or []:
+        where = getattr(entry, "reprfileloc", None)
+        if where is None:
+            continue
+        frame = os.path.normpath(str(where.path))
+        if frame == os.path.normpath(path) or frame.endswith(os.sep + os.path.normpath(path)):
+            found = where.lineno
+    if found is None and isinstance(report.location[1], int):
+        found = report.location[1] + 1
+    return found
 
 
 def pytest_collection_finish(session):

@@ -23,6 +23,7 @@ from bot.core.models import TestCaseResult, TestOutcome, TestsProgress
 MIN_INTERVAL_S = 10.0  # GitHub's secondary rate limits: no more than one update per PR this often
 POLL_S = 1.0
 MAX_BYTES = 4_000_000  # read no further: a run printing more is shown at its end
+MAX_LINE = 10_000_000  # past any source file's length
 MAX_FAILURES = 200
 
 
@@ -77,9 +78,14 @@ class LiveTail:
             self.done += 1
         elif isinstance(entry.get("failed"), str) and len(self.failed) < MAX_FAILURES:
             message = entry["message"] if isinstance(entry.get("message"), str) else ""
+            at = entry.get("line")
             self.failed.append(
                 TestCaseResult(
-                    nodeid=entry["failed"][:500], outcome=TestOutcome.FAILED, message=message[:500]
+                    nodeid=entry["failed"][:500],
+                    outcome=TestOutcome.FAILED,
+                    message=message[:500],
+                    # The file is the PR's to write: a line that is no line number is dropped.
+                    line=at if type(at) is int and 1 <= at <= MAX_LINE else None,
                 )
             )
 
