@@ -107,25 +107,24 @@ def _function(project: str, name: str, n: int) -> Any:
     return namespace["f"]
 
 
-def interleaved_ratio(base: Any, head: Any, seconds: float = 1.5) -> float:
+def interleaved_ratio(base: Any, head: Any, seconds: float = 3.0) -> float:
     """head/base in one process, blocks of calls alternating (the side first alternating too):
-    the true effect of a change, with no between-process variance in it."""
+    the true effect of a change, with no between-process variance in it. Each side's fastest
+    block is its time (as timeit reads its repeats): a block another process interrupted is only
+    ever slower, so the minimum is what the code costs even on a busy machine."""
     started = time.perf_counter()
     base()
     calls = max(1, int(0.003 / max(time.perf_counter() - started, 1e-7)))
-    ratios = []
+    timed: dict[str, list[float]] = {"base": [], "head": []}
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(ratios) < 20:
-        timed = {}
-        for side, f in (
-            (("base", base), ("head", head)) if len(ratios) % 2 else (("head", head), ("base", base))
-        ):
+    while time.perf_counter() < deadline or len(timed["base"]) < 30:
+        first_head = len(timed["base"]) % 2 == 0
+        for side, f in (("head", head), ("base", base)) if first_head else (("base", base), ("head", head)):
             began = time.perf_counter()
             for _ in range(calls):
                 f()
-            timed[side] = time.perf_counter() - began
-        ratios.append(timed["head"] / timed["base"])
-    return statistics.median(ratios)
+            timed[side].append(time.perf_counter() - began)
+    return min(timed["head"]) / min(timed["base"])
 
 
 def calibrate(project: str, levels: list[float]) -> dict[str, dict[float, tuple[int, float]]]:
@@ -142,8 +141,10 @@ def calibrate(project: str, levels: list[float]) -> dict[str, dict[float, tuple[
         for level in (x for x in levels if x):
             work = round(n * (1 + level / scaling))
             effect = interleaved_ratio(base, _function(project, name, work))
-            if abs(effect - 1 - level) > 0.2 * level and effect > 1:
-                # Not affine this far (a sort's n log n, caches): one secant step, measured again.
+            for _ in range(3):
+                if abs(effect - 1 - level) <= 0.2 * level or effect <= 1:
+                    break
+                # Not affine this far (a sort's n log n, caches): a secant step, measured again.
                 work = round(n + (work - n) * level / (effect - 1))
                 effect = interleaved_ratio(base, _function(project, name, work))
             out[name][level] = (work, effect)

@@ -17,7 +17,8 @@ import pytest
 from fakegithub import FakeGitHub
 from finishing import CHECK_RUN
 from postgres_support import pg_url
-from report_samples import running_run, tests_failed
+from report_samples import running_run
+from report_samples import tests_failed as failed_tests
 
 from bot.core.kinds import CHECK_KINDS, CheckKind
 from bot.core.models import (
@@ -178,7 +179,7 @@ async def test_each_failure_is_annotated_at_once_and_once_however_often_the_run_
 ) -> None:
     publisher = Publisher(sqlite_store, github.app, PrLocks())
     job = started(sqlite_store)
-    failed = tests_failed()
+    failed = failed_tests()
     first, second = (r for r in failed.results if r.outcome == TestOutcome.FAILED)
 
     def tests_so_far(done: int, failures: list[TestCaseResult]) -> RunReport:
