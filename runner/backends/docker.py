@@ -484,8 +484,12 @@ class DockerRunner:
                 raise RunnerError(f"{step.name}: {refused}")
             try:
                 result = await self._run_created(step, container, started)
-            finally:
-                stopped_by = await asyncio.to_thread(watch.step_ended)
+            except BaseException:
+                # The step never gave a result (its container went, or it was cancelled): a final
+                # reading decides nothing, and waiting for it would hold the error back.
+                watch.step_abandoned()
+                raise
+            stopped_by = await asyncio.to_thread(watch.step_ended)
         finally:
             if watch is not self._watch:
                 await asyncio.to_thread(watch.close)

@@ -150,6 +150,11 @@ class WorkspaceWatch:
             self._on_over = None
             return self._stopped_by
 
+    def step_abandoned(self) -> None:
+        """The step ended without a result: stop watching it, with no reading to wait for."""
+        with self._lock:
+            self._on_over = None
+
     def close(self) -> None:
         self._closing = True
         container = self._container
