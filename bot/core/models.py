@@ -207,7 +207,10 @@ class TestCaseResult(Model):
     )
     line: int | None = Field(
         None,
-        description="a line of the test's own file: its definition, from pytest's report; while the tests still run, the failure's last frame there",
+        description=(
+            "a line of the test's own file: its definition, from pytest's report; "
+            "while the tests still run, the failure's last frame there"
+        ),
     )
     cause: FailureCause | None = Field(
         None, description="a failing test's attribution; None: not attributed (no base to run it on)"
