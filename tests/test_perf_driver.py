@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from docker_support import docker_client, make_runner, test_image  # noqa: F401 
 from bot.core.perf import DriverReport, PerfThresholds, Verdict
 from runner.backends.base import StepResult
 from runner.backends.host import HostRunner
+from runner.perf.sequential import first_pairs
 from runner.perf.stats import compare_all
 from runner.perf.step import RESULTS_PATH, PerfPlan, PerfRunError, parse_results, perf_step
-from runner.perf.worker import choose_clock
+from runner.perf.worker import choose_clock, usable_cpus
 
 FAST = {
     "processes": 2,
@@ -581,6 +583,54 @@ async def test_code_that_computes_is_read_on_the_cpu_clock_and_code_that_waits_o
 )
 def test_the_clock_is_chosen_from_what_the_benchmark_does_where(shares, cpus, cuda, clock):
     assert choose_clock(shares, cpus, cuda) == clock
+
+
+@pytest.mark.parametrize(
+    ("processes", "cpus", "pairs"),
+    [
+        (8, 2, 4),  # few CPUs: four pairs, more only for a benchmark they leave undecided
+        (8, 8, 4),
+        (8, 10, 5),  # a process per CPU
+        (8, 16, 8),
+        (8, 64, 8),  # never more than asked for
+        (2, 16, 2),
+        (3, 1, 3),
+    ],
+)
+def test_a_machine_with_cpus_to_spare_starts_a_process_pair_per_two_cpus(processes, cpus, pairs):
+    assert first_pairs(processes, cpus) == pairs
+
+
+@pytest.mark.parametrize(
+    ("files", "cpus"),
+    [
+        ({"cpu.max": "50000 100000\n"}, 1),  # a container's --cpus=0.5: one CPU at a time
+        ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # cgroup v1
+    ],
+)
+def test_a_cpu_quota_limits_the_cpus_a_run_may_use(tmp_path, files, cpus):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    assert usable_cpus(str(tmp_path)) == cpus
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # no cgroup files at all
+        {"cpu.max": "max 100000\n"},  # no quota
+        {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+        {"cpu.max": "garbage\n"},
+    ],
+)
+def test_without_a_quota_a_run_may_use_every_cpu_it_may_be_scheduled_on(tmp_path, files):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    assert usable_cpus(str(tmp_path)) == len(os.sched_getaffinity(0))
 
 
 RESULT_CHECKED = """

@@ -51,8 +51,8 @@ from paritybot_perf_asv import ConfigError, asv_benchmark_dir, asv_worker
 from paritybot_perf_command import parse_command_output
 from paritybot_perf_guard import Guard, become, harness_changes, side_users
 from paritybot_perf_process import Worker
-from paritybot_perf_sequential import decisive, estimate, look_budgets
-from paritybot_perf_worker import PATHS_VARIABLE, choose_clock, selected
+from paritybot_perf_sequential import decisive, estimate, first_pairs, look_budgets
+from paritybot_perf_worker import PATHS_VARIABLE, choose_clock, selected, usable_cpus
 from paritybot_perf_worker import clip as _clip
 
 VERSION = 1
@@ -65,9 +65,6 @@ LIB_DIR = os.path.dirname(SCRIPT)  # the driver's modules, and nothing of the ru
 # The plugin replaces the ``benchmark`` fixture and the run loop; no cache is written into a checkout.
 PYTEST_OPTIONS = ("-p", "paritybot_perf_pytest", "-p", "no:cacheprovider")
 TURN_S = 0.01  # one process's share of the CPU at a time: several short rounds
-# Process pairs started first; more, up to ``processes``, only for a benchmark these leave undecided
-# at half its budget (each process costs an interpreter, the project's imports and a collection).
-FIRST_PAIRS = 4
 PHASES = ("start", "set_up", "measure", "grow", "finish")
 
 
@@ -175,7 +172,9 @@ class Driver:
         """Start every process at once; each lists its side's benchmarks; the common ones are run."""
         if kind["kind"] == "asv" and not self._asv_config_read(kind):
             return
-        slots = [(side, k) for k in range(min(FIRST_PAIRS, self.spec["processes"])) for side in SIDES]
+        slots = [
+            (side, k) for k in range(first_pairs(self.spec["processes"], usable_cpus())) for side in SIDES
+        ]
         workers = {slot: self._start(kind, slot) for slot in slots}
         self.growth = (kind, slots)
         # slot → process started for an undecided benchmark, not yet taking turns

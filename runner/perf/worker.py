@@ -65,6 +65,26 @@ def choose_clock(cpu_share, cpus, cuda):
     return "cpu" if all(cpu_share.get(side, 0.0) >= CPU_BOUND for side in ("base", "head")) else "wall"
 
 
+def usable_cpus(cgroup="/sys/fs/cgroup"):
+    """How many CPUs the run may use at once: those it may be scheduled on, fewer where a CPU
+    quota (a container's ``--cpus``: cgroup v2's ``cpu.max``, or v1's CFS quota) allows less."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            with open(os.path.join(cgroup, quota_file), encoding="ascii") as fh:
+                fields = fh.read().split()
+            if period_file:
+                with open(os.path.join(cgroup, period_file), encoding="ascii") as fh:
+                    fields.append(fh.read().strip())
+            quota, period = int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue  # no such file, or "max": no quota
+        if quota > 0 and period > 0:
+            count = min(count, -(-quota // period))
+        break
+    return max(1, count)
+
+
 def _torch_cuda():
     # Only a process that has already initialised CUDA can have GPU work in flight, so nothing is
     # imported or initialised here.
