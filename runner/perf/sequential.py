@@ -189,12 +189,12 @@ def decisive(found, alpha, threshold):
 
 def first_pairs(processes, cpus):
     """The process pairs started at once, of at most ``processes``: one process per CPU the run
-    may use, and at least ``FIRST_PAIRS`` pairs. Processes start in parallel, so where there are
-    CPUs for them more pairs cost no wall time, and the interval over processes is narrower from
-    the first look (8 pairs against 4 on the same cases: median widths halved for most benchmarks,
-    the t quantile's degrees of freedom doubled); where there are few, each process more is a wait
-    (on two CPUs, eight processes took 2 s to start, more than a benchmark's budget), so more pairs
-    start only for a benchmark the first leave undecided."""
+    may use, and at least ``FIRST_PAIRS`` pairs. Where there are CPUs for them, the processes start
+    side by side and the interval over processes is narrower from the first look (8 pairs against
+    4 on the same cases: the median width narrower for five benchmarks of six, about halved for
+    three); where there are few, each process more is a wait (on two CPUs, sixteen processes took
+    2 s longer to start than eight), so more pairs start only for a benchmark the first leave
+    undecided."""
     return max(1, min(processes, max(FIRST_PAIRS, cpus // 2)))
 
 
