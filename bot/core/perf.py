@@ -38,6 +38,9 @@ class Round(Model):
     head: float = Field(gt=0, allow_inf_nan=False)
     first: Side
     process: int = Field(0, ge=0, description="which pair of processes (one per side) ran it")
+    cycle: int | None = Field(
+        None, ge=0, le=1_000_000, description="the turn of every pair it was part of: see within_cycles"
+    )
 
 
 class BenchmarkError(Model):

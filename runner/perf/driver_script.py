@@ -410,6 +410,7 @@ class Driver:
         looks = look_budgets(spec["max_time_s"])
         looks[-1] += extra
         started, spent, turn, looked = time.monotonic(), 0.0, 0, 0
+        cycle, cycle_began = 0, 0  # a cycle: a turn of every pair, whose rounds share its time
         turns_of: dict = {}  # per pair, its turns so far: its first are warm-up
         measuring = started
         rounds = result["rounds"]
@@ -431,6 +432,8 @@ class Driver:
                     # after it, starting while these measure.
                     with self._phase("grow"):
                         self._grow()
+            if turn - cycle_began >= len(active):
+                cycle, cycle_began = cycle + 1, turn
             pair = active[turn % len(active)]
             first = SIDES[(turn // len(active)) % 2]
             turns_of[pair] = turns_of.get(pair, 0) + 1
@@ -463,7 +466,9 @@ class Driver:
                     # so busy that every round is cut, the rounds are kept and the interval widens.
                     result["preempted"] += 1
                 else:
-                    rounds.append({"base": base, "head": head, "first": first, "process": pair})
+                    rounds.append(
+                        {"base": base, "head": head, "first": first, "process": pair, "cycle": cycle}
+                    )
         self.saved += max(0.0, spec["max_time_s"] + extra - spent)
         self.phases["measure"] += time.monotonic() - measuring
         return result
@@ -477,7 +482,7 @@ class Driver:
         and the run's error shared by its benchmarks (the strictest share: the verdict's is no
         stricter, so what is decisive here stays so)."""
         alpha = self.spec["error"] / max(1, self.family) / looks
-        found = estimate([(r["process"], r["base"], r["head"]) for r in rounds])
+        found = estimate([(r["process"], r["base"], r["head"], r.get("cycle")) for r in rounds])
         return decisive(found, alpha, self.spec["threshold"])
 
     def _pin(self, worker):

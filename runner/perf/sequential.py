@@ -14,6 +14,14 @@ freedom). Between-process variance is inside it because each summary carries its
 the rounds' own noise is inside it too; and a process a busy machine slowed in every one of its
 few rounds is trimmed, not allowed to blow the interval wide.
 
+**Within cycles.** A machine whose cores a neighbour shares runs the same code up to twice as
+slowly for stretches of seconds, and no clock subtracts that. Such a stretch slows both sides
+alike, but not every process alike: a pair that joined late, or whose turns fell in it, has its
+fastest rounds in the slow stretch where another's are not. So where the driver says which
+*cycle* (one turn of every pair taking turns, both sides) each round belongs to, every round is
+first divided by the fastest round of its cycle: what lasts longer than a cycle falls out of
+both sides, and a round's ratio to the other side's in the same cycle is kept.
+
 **Repeated looks.** The driver looks at a benchmark's interval after a doubling schedule of
 measured time (:func:`look_budgets`) and stops as soon as it is decisive. Each of the ``looks``
 planned looks is held to ``alpha / looks`` (Bonferroni spending over the looks), so the chance
@@ -93,12 +101,23 @@ def _fastest_median(values):
     return fastest[middle] if len(fastest) % 2 else (fastest[middle - 1] + fastest[middle]) / 2.0
 
 
+def within_cycles(rounds):
+    """Each round divided by the fastest round (either side) of its cycle, where every round says
+    its cycle (``(process, base, head, cycle)``); the rounds as they are otherwise."""
+    if not rounds or any(len(r) < 4 or r[3] is None for r in rounds):
+        return rounds
+    fastest: dict = {}
+    for _, base, head, cycle in rounds:
+        fastest[cycle] = min(fastest.get(cycle, base), base, head)
+    return [(p, base / fastest[c], head / fastest[c], c) for p, base, head, c in rounds]
+
+
 def process_summaries(rounds):
-    """Per side, per process, the log of its fastest rounds (the median of its fastest quarter);
-    ``rounds`` are ``(process, base seconds, head seconds)``, base and head process ``k`` taking
-    turns."""
+    """Per side, per process, the log of its fastest rounds (the median of its fastest quarter),
+    within their cycles (:func:`within_cycles`); ``rounds`` are ``(process, base seconds, head
+    seconds[, cycle])``, base and head process ``k`` taking turns."""
     by_process: dict = {}
-    for process, base, head in rounds:
+    for process, base, head, *_ in within_cycles(rounds):
         by_process.setdefault(process, ([], []))
         by_process[process][0].append(base)
         by_process[process][1].append(head)

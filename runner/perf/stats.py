@@ -7,6 +7,8 @@ the driver, which stops measuring a benchmark once its answer is decisive):
   compares the two sides' processes with Yuen's trimmed-mean test, so the steady few-percent
   differences between two processes of the same code (layout, hash seeds, thread pools) are inside
   it, not mistaken for a change, and one process a busy machine slowed throughout is trimmed.
+* **Within cycles.** Each round is first divided by the fastest round of its cycle (one turn of
+  every pair), so a stretch in which a neighbour slows the whole machine falls out of both sides.
 * **Repeated looks.** The driver looks up to ``looks`` times; each look is held to ``1 / looks`` of
   the benchmark's error (Bonferroni spending), so stopping early keeps the error rate.
 * **Many benchmarks.** A run's comparisons are one family: the Benjamini–Hochberg procedure at
@@ -34,7 +36,7 @@ from runner.perf.sequential import MIN_PROCESSES, answer, change_p_value, estima
 
 
 def estimate_of(samples: BenchmarkSamples) -> tuple[float, float, float] | None:
-    return estimate([(r.process, r.base, r.head) for r in samples.rounds])
+    return estimate([(r.process, r.base, r.head, r.cycle) for r in samples.rounds])
 
 
 def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | None = None) -> Comparison:
