@@ -1,6 +1,6 @@
 """From the rounds of base and head to verdicts a maintainer can leave on.
 
-Three things make an interval trustworthy here, each in ``runner/perf/sequential.py`` (shared with
+Four things make an interval trustworthy here, each in ``runner/perf/sequential.py`` (shared with
 the driver, which stops measuring a benchmark once its answer is decisive):
 
 * **Over processes.** Each process gives one summary, the log of its fastest rounds; the interval
