@@ -193,6 +193,26 @@ async def test_rounds_alternate_sides_and_process_pairs_and_each_side_runs_its_o
         assert reported == planned
 
 
+async def test_each_round_says_its_cycle_a_turn_of_every_pair(tmp_path):
+    # Rounds are read against the fastest of their cycle (runner/perf/sequential.py), so the
+    # driver must say which turn of every pair each round was part of.
+    for side in ("base", "head"):
+        write_tree(
+            tmp_path / side, {"tests/test_x.py": "def test_x(benchmark):\n    benchmark(sum, range(50))\n"}
+        )
+
+    report = await run_perf(tmp_path, make_plan([{"kind": "pytest"}], processes=2, max_rounds=40))
+
+    (bench,) = report.benchmarks
+    cycles = [r.cycle for r in bench.rounds]
+    assert None not in cycles and cycles == sorted(cycles)
+    # Each cycle is one turn of each pair (the last may be cut short), one side first throughout.
+    by_cycle = {c: [r for r in bench.rounds if r.cycle == c] for c in sorted(set(cycles))}
+    assert all(len({r.first for r in rounds}) == 1 for rounds in by_cycle.values())
+    if bench.preempted == 0:
+        assert all({r.process for r in rounds} == {0, 1} for rounds in list(by_cycle.values())[:-1])
+
+
 BUSY_NEIGHBOUR = """
     import subprocess, sys, time
 
@@ -609,9 +629,7 @@ def test_a_machine_with_cpus_to_spare_starts_a_process_pair_per_two_cpus(process
     ],
 )
 def test_a_cpu_quota_limits_the_cpus_a_run_may_use(tmp_path, files, cpus):
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
 
     assert usable_cpus(str(tmp_path)) == cpus
 
@@ -626,9 +644,7 @@ def test_a_cpu_quota_limits_the_cpus_a_run_may_use(tmp_path, files, cpus):
     ],
 )
 def test_without_a_quota_a_run_may_use_every_cpu_it_may_be_scheduled_on(tmp_path, files):
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
 
     assert usable_cpus(str(tmp_path)) == len(os.sched_getaffinity(0))
 

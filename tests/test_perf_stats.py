@@ -65,14 +65,13 @@ def slow_stretch(ratio: float, seed: int, *, cycles: bool = True) -> BenchmarkSa
     rng = random.Random(seed)
     total = 24
     start = rng.randrange(4, 12)
-    end = total
     factor = rng.uniform(1.5, 2.2)
     joined = {pair: 0 if pair < 4 else rng.randrange(start, start + 4) for pair in range(8)}
     rounds = []
     for pair in range(8):
         base_process, head_process = rng.lognormvariate(0, 0.01), rng.lognormvariate(0, 0.01)
         for cycle in range(joined[pair], total):
-            slowed = factor if start <= cycle < end else 1.0
+            slowed = factor if cycle >= start else 1.0
             for _ in range(3):  # rounds per turn
                 base = 1e-3 * base_process * slowed * rng.lognormvariate(0, 0.01)
                 head = 1e-3 * ratio * head_process * slowed * rng.lognormvariate(0, 0.01)
