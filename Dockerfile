@@ -8,7 +8,7 @@
 # and the runtime stage copies that virtual environment only: no compiler caches, no wheels, no
 # build-time CA bundle or index URL end up in the image that runs.
 #
-# BASE_IMAGE must be a Debian-based image with python3 (>= 3.11) and its venv module; every stage
+# BASE_IMAGE must be a Debian-based image with python3 (>= 3.11.2, Debian 12's) and its venv module; every stage
 # uses it so the venv's interpreter path and ABI match. git and CA certificates are installed from
 # apt when the base lacks them.
 
@@ -32,19 +32,29 @@ RUN set -eu; \
         /opt/build/bin/pip config --quiet --site set global.cert /opt/build/ca.pem; \
     fi
 WORKDIR /src
+# The dependencies exactly as uv.lock pins them, hashes checked (scripts/lock_exports.py writes both
+# files from the lock), then paritybot's own wheel with the locked setuptools and no build isolation:
+# nothing is resolved afresh, so the same tag builds the same packages today and next month.
+COPY deploy/requirements.txt deploy/build-requirements.txt ./
+RUN /opt/build/bin/pip install --quiet --require-hashes -r build-requirements.txt \
+    && /opt/build/bin/pip wheel --quiet --require-hashes --wheel-dir /wheels -r requirements.txt
 # Only what the wheel is built from, so editing docs or tests does not rebuild the wheels.
 # README.md stays out on purpose: it is metadata only, and copying it would tie the cache to it.
 COPY pyproject.toml ./
 COPY bot ./bot
 COPY handlers ./handlers
 COPY runner ./runner
-RUN /opt/build/bin/pip wheel --quiet --wheel-dir /wheels .
+RUN /opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM ${BASE_IMAGE} AS venv
 COPY --from=wheels /wheels /wheels
-# --no-index: the runtime's packages are exactly the wheels built above.
+COPY --from=wheels /src/requirements.txt /wheels/requirements.txt
+# --no-index: the runtime's packages are exactly the wheels built above; `pip freeze` in the image
+# is deploy/requirements.txt.
 RUN python3 -m venv /opt/paritybot \
-    && /opt/paritybot/bin/pip install --quiet --no-cache-dir --no-index --find-links /wheels paritybot \
+    && /opt/paritybot/bin/pip install --quiet --no-cache-dir --no-index --find-links /wheels \
+        --require-hashes -r /wheels/requirements.txt \
+    && /opt/paritybot/bin/pip install --quiet --no-cache-dir --no-index --no-deps /wheels/paritybot-*.whl \
     && /opt/paritybot/bin/paritybot --help >/dev/null
 
 FROM ${BASE_IMAGE}

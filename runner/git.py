@@ -17,6 +17,8 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.safe_tar import extract_all
+
 _PINNED = ["-c", "core.quotePath=false", "-c", "diff.noprefix=false", "-c", "color.ui=never"]
 _ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 
@@ -98,8 +100,8 @@ async def git_async(
 
 def export_commit(repo: Path, sha: str, target: Path) -> None:
     """The tree of ``sha`` from git's objects into ``target``, a new directory (links kept as
-    links, nothing written outside it: tarfile's ``data`` filter)."""
+    links, nothing written outside it: :func:`runner.safe_tar.extract_all`)."""
     data = git_bytes(repo, "archive", "--format=tar", sha)
     target.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(target, filter="data")
+        extract_all(tar, target)

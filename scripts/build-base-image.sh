@@ -22,9 +22,11 @@ if [ "${1:-}" = "--force" ]; then
     FORCE=1
     shift
 fi
-IMAGE="${1:-paritybot/base:bookworm}"
+IMAGE="${1:-paritybot/base:${PARITYBOT_DEBIAN_SUITE:-bookworm}}"
 CACHE_DIR="${PARITYBOT_IMAGE_CACHE:-/tmp/paritybot-image-cache}"
-SUITE="bookworm"
+# Debian 12 (bookworm, python3 3.11.2) unless asked for another release: scripts/test-compat.sh
+# builds Debian 13 (trixie, python3 3.13) for the newest Python the project claims.
+SUITE="${PARITYBOT_DEBIAN_SUITE:-bookworm}"
 PACKAGES="${PARITYBOT_BASE_PACKAGES:-python3,python3-venv,git,ca-certificates}"
 ROOTFS_TAR="$CACHE_DIR/rootfs-$SUITE-${PACKAGES//,/-}.tar"
 

@@ -10,7 +10,9 @@
 #          /tmp/paritybot-image-cache), so a second build on a fresh engine skips the ~75 s of
 #          debootstrap and apt.
 # Stage 2: on top of it, a virtual environment at /opt/venv (first on PATH) with pytest,
-#          pytest-timeout, coverage and pre-commit from PyPI, the tools the runner's checks call.
+#          pytest-timeout, coverage and pre-commit from PyPI, the tools the runner's checks call,
+#          exactly as scripts/test-image-requirements.txt pins them (hashes checked). The image
+#          carries that file's digest: an image built from another version of it is rebuilt.
 #
 # The engine is whatever DOCKER_HOST names (scripts/docker-engine.sh env). Needs root for
 # debootstrap and chroot. The Debian mirror is the one apt on this machine already uses, or
@@ -23,7 +25,8 @@ SSHD_IMAGE="${PARITYBOT_TEST_SSHD_IMAGE:-paritybot-test/python-sshd:bookworm}"
 # What the runner's tests need; the deploy base (build-base-image.sh's default) adds ca-certificates.
 BASE_PACKAGES="python3,python3-venv,git"
 # Pinned so the tests can assert exactly what the probe must report from inside the image.
-PIP_PACKAGES="${PARITYBOT_TEST_PIP_PACKAGES:-pytest==8.3.4 pytest-timeout==2.3.1 coverage==7.6.10 pre-commit==4.0.1}"
+REQUIREMENTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/test-image-requirements.txt"
+REQUIREMENTS_DIGEST="$(sha256sum "$REQUIREMENTS" | cut -c1-16)"
 FORCE=0
 [ "${1:-}" = "--force" ] && FORCE=1
 
@@ -45,19 +48,19 @@ ca_bundle() {
 # docker run + commit rather than docker build: the CA bundle is bind-mounted for the install only,
 # so it never lands in a layer, and no build context leaves the checkout.
 build_image() {
-    say "pip install into /opt/venv -> $IMAGE ($PIP_PACKAGES)"
-    local ca name="paritybot-test-build-$$" pip_args=(--no-cache-dir --quiet)
-    local mounts=()
+    say "pip install into /opt/venv -> $IMAGE ($(grep -c '^[a-z].*==' "$REQUIREMENTS") packages, hashes checked)"
+    local ca name="paritybot-test-build-$$" pip_args=(--no-cache-dir --quiet --require-hashes)
+    local mounts=(-v "$REQUIREMENTS:/run/paritybot-requirements.txt:ro")
     ca="$(ca_bundle)"
     if [ -n "$ca" ]; then
-        mounts=(-v "$ca:/run/paritybot-ca.crt:ro")
+        mounts+=(-v "$ca:/run/paritybot-ca.crt:ro")
         pip_args+=(--cert /run/paritybot-ca.crt)
     fi
     [ -n "${PIP_INDEX_URL:-}" ] && pip_args+=(--index-url "$PIP_INDEX_URL")
     docker rm -f "$name" >/dev/null 2>&1 || true
-    # shellcheck disable=SC2086  # PIP_PACKAGES is a space-separated list on purpose
     if ! docker run --name "$name" "${mounts[@]}" "$BASE_IMAGE" /bin/sh -ec \
-        "python3 -m venv /opt/venv && /opt/venv/bin/pip install ${pip_args[*]} $PIP_PACKAGES \
+        "python3 -m venv /opt/venv \
+         && /opt/venv/bin/pip install ${pip_args[*]} -r /run/paritybot-requirements.txt \
          && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +"; then
         docker rm -f "$name" >/dev/null 2>&1 || true
         say "pip install failed"
@@ -71,6 +74,7 @@ build_image() {
         --change 'ENV PIP_DISABLE_PIP_VERSION_CHECK=1' \
         --change 'CMD ["/bin/bash"]' \
         --change 'LABEL org.opencontainers.image.title="paritybot test image"' \
+        --change "LABEL dev.paritybot.requirements=$REQUIREMENTS_DIGEST" \
         "$name" "$IMAGE" >/dev/null
     docker rm "$name" >/dev/null
     # A forced rebuild leaves the previous image untagged; remove it if nothing else uses it.
@@ -98,17 +102,21 @@ build_sshd_image() {
     docker rm "$name" >/dev/null
 }
 
+built_from() { docker image inspect --format '{{index .Config.Labels "dev.paritybot.requirements"}}' "$IMAGE"; }
+
 main() {
-    if have_image "$IMAGE" && [ "$FORCE" -eq 0 ]; then
+    if have_image "$IMAGE" && [ "$FORCE" -eq 0 ] && [ "$(built_from)" = "$REQUIREMENTS_DIGEST" ]; then
         say "$IMAGE already present"
         have_image "$SSHD_IMAGE" || build_sshd_image
         return 0
     fi
     local started=$SECONDS force=()
     [ "$FORCE" -eq 1 ] && force=(--force)
+    [ "$FORCE" -eq 0 ] && have_image "$IMAGE" && say "$IMAGE was built from other requirements: rebuilding"
     PARITYBOT_BASE_PACKAGES="$BASE_PACKAGES" "$(dirname "${BASH_SOURCE[0]}")/build-base-image.sh" \
         "${force[@]}" "$BASE_IMAGE"
     build_image
+    docker image rm "$SSHD_IMAGE" >/dev/null 2>&1 || true  # it was built on the old one
     build_sshd_image
     say "built $IMAGE and $SSHD_IMAGE in $((SECONDS - started))s"
 }

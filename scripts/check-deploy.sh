@@ -8,7 +8,8 @@
 #                                              # if needed (and stopping it at the end if this did)
 #   scripts/check-deploy.sh --upgrade-from 0.1.0   # then deploy/README.md step 8 from that release
 #
-# The commands are those deploy/README.md shows. Checks, in order: the image builds; it runs as a
+# The commands are those deploy/README.md shows. Checks, in order: the image builds, with exactly
+# the packages of deploy/requirements.txt (uv.lock's, so two builds of one release are alike); it runs as a
 # non-root user and has git; `serve` without a webhook secret exits 2 with one line; `db upgrade`
 # migrates a fresh data volume; with the webhook secret and a throwaway App key as mounted files it
 # answers /healthz, turns healthy, accepts a signed ping, refuses a badly signed one, keeps a
@@ -140,6 +141,23 @@ docker build "${build_args[@]}" -t "$IMAGE" "$ROOT" >"$WORK/build.log" 2>&1 ||
     fail "docker build" "$(cat "$WORK/build.log")"
 size_mb=$(($(docker image inspect --format '{{.Size}}' "$IMAGE") / 1000000))
 record PASS "image builds ($(seconds_since "$t0"), ${size_mb} MB)"
+
+# The packages are uv.lock's, exactly: what pip freeze says in the image is deploy/requirements.txt
+# (for this platform: lines whose markers exclude it, e.g. Windows-only packages, are not there).
+frozen="$(docker run --rm --entrypoint /opt/paritybot/bin/python "$IMAGE" -m pip freeze --exclude paritybot |
+    tr '[:upper:]_' '[:lower:]-' | sort)"
+locked="$(docker run --rm -i --entrypoint /opt/paritybot/bin/python "$IMAGE" -c '
+import sys
+from pip._vendor.packaging.requirements import Requirement
+for line in sys.stdin:
+    if "==" in line and not line.startswith((" ", "#")):
+        req = Requirement(line.split(" \\")[0].strip())
+        if req.marker is None or req.marker.evaluate():
+            print(str(req).split(";")[0].strip())
+' <"$ROOT/deploy/requirements.txt" | tr '[:upper:]_' '[:lower:]-' | sort)"
+[ "$frozen" = "$locked" ] ||
+    fail "the image's packages are not deploy/requirements.txt's" "$(diff <(echo "$locked") <(echo "$frozen"))"
+record PASS "pip freeze in the image = deploy/requirements.txt ($(echo "$frozen" | wc -l) packages, uv.lock's)"
 
 user="$(docker image inspect --format '{{.Config.User}}' "$IMAGE")"
 uid="$(docker run --rm --entrypoint id "$IMAGE" -u)"

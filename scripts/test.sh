@@ -29,9 +29,13 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+# Exactly the versions of uv.lock, hashes checked (--locked: a lock that no longer matches
+# pyproject.toml is an error, not a new resolution). The interpreter is the machine's python3;
+# uv never downloads one.
+export UV_PYTHON_DOWNLOADS=never
+UV="$(scripts/uv.sh)"
+"$UV" sync --quiet --locked --extra test --python python3
+"$UV" sync --quiet --locked --extra test --check
 
 engine_started=0
 if ! scripts/docker-engine.sh status >/dev/null 2>&1; then
@@ -64,3 +68,10 @@ scripts/build-test-image.sh
 
 # pytest exits 5 when it collected no test: that fails here like any other non-zero exit.
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+
+# The unit tests again on every Python the project claims and at the lowest versions it declares
+# (scripts/test-compat.sh). Skipped when pytest was given arguments: a developer running one file
+# wants that file.
+if [ $# -eq 0 ]; then
+    scripts/test-compat.sh
+fi

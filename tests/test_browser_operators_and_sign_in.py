@@ -33,6 +33,9 @@ from bot.service.setup import SetupPages
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.viewers import SESSION_COOKIE
 
+# Chromium is needed: scripts/test-compat.sh runs the unit tests where it is not installed.
+pytestmark = pytest.mark.browser
+
 __all__ = ["pg_url"]  # the fixture, imported for pytest
 TOKEN = "operators-token-for-tests"
 # Set to a directory (docs/images) to keep the screenshots there.

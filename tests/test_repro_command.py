@@ -393,6 +393,7 @@ def jupyter_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.docker
+@pytest.mark.browser
 async def test_jupyter_opens_a_notebook_whose_first_cell_shows_the_failure_in_the_debugger(
     tmp_path, project, test_image, docker_client, jupyter_wheels
 ):

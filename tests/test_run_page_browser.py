@@ -27,6 +27,9 @@ from serveproc import ServeProcess, until
 
 from bot.service.store.sqlite import SQLiteStore
 
+# Chromium is needed: scripts/test-compat.sh runs the unit tests where it is not installed.
+pytestmark = pytest.mark.browser
+
 __all__ = ["docker_client", "pg_url", "test_image"]
 
 # Screenshots go to the docs only when asked (PARITYBOT_SCREENSHOT_DIR=docs/images): a test run

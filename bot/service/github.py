@@ -218,7 +218,7 @@ class RetryingGitHubAPI(GitHubAPI):
         return status, response_headers, data
 
     @staticmethod
-    def _backoff(exc: Exception) -> bool | float:
+    def _backoff(exc: BaseException) -> bool | float:
         if not isinstance(exc, _Retry):
             return False
         return exc.wait if exc.wait is not None else True

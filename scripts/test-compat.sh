@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The unit tests (those that need no container engine, database or browser) on every Python the
+# project claims, and at the lowest versions of its direct dependencies that pyproject.toml allows.
+#
+#   scripts/test-compat.sh              # all three, in this order
+#   scripts/test-compat.sh lowest       # lowest-direct resolution, on this machine's python3
+#   scripts/test-compat.sh debian12     # Debian 12's python3 (3.11.2: the oldest claimed), in a container
+#   scripts/test-compat.sh debian13     # Debian 13's python3 (3.13: the newest claimed), in a container
+#
+# The containers run on the engine DOCKER_HOST names (scripts/test.sh starts a private one) from
+# images built from nothing by scripts/build-base-image.sh (no registry needed). Each copies the
+# checkout, installs uv.lock's versions with the pinned uv (hashes checked), and runs pytest; the
+# package index is the only thing reached, and packages already in this machine's uv cache are not
+# downloaded again. pytest's exit 5 (no test collected) fails like any other.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$PWD"
+
+# What "unit" means here: every test but those that need a service this script does not start.
+UNIT_TESTS=(-m "not docker and not postgres and not browser")
+export UV_PYTHON_DOWNLOADS=never
+UV="$(scripts/uv.sh)"
+UV_CACHE="$("$UV" cache dir)"
+
+say() { echo "test-compat: $*" >&2; }
+
+# pytest's output is long; the summary line is what a reader needs from each run.
+lowest() {
+    local venv="$ROOT/.tools/lowest" reqs
+    reqs="$(mktemp)"
+    say "lowest direct versions of pyproject.toml's ranges, on $(python3 --version)"
+    "$UV" pip compile --quiet --no-header --resolution lowest-direct --extra test \
+        --python python3 pyproject.toml -o "$reqs"
+    "$UV" venv --quiet --clear --python python3 "$venv"
+    "$UV" pip install --quiet --python "$venv/bin/python" -r "$reqs"
+    "$UV" pip install --quiet --python "$venv/bin/python" --no-deps -e .
+    say "resolved: $(grep -E '^(aiohttp|gidgethub|pydantic|structlog|stamina|procrastinate|pytest)==' "$reqs" | tr '\n' ' ')"
+    rm -f "$reqs"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${UNIT_TESTS[@]}"
+}
+
+# A Debian release's own python3, in a container on the engine.
+in_debian() {
+    local suite="$1" image="paritybot-test/base:$1" ca=()
+    PARITYBOT_DEBIAN_SUITE="$suite" PARITYBOT_BASE_PACKAGES="python3,python3-venv,git" \
+        scripts/build-base-image.sh "$image"
+    [ -s /etc/ssl/certs/ca-certificates.crt ] &&
+        ca=(-v /etc/ssl/certs/ca-certificates.crt:/run/ca.crt:ro -e SSL_CERT_FILE=/run/ca.crt)
+    say "unit tests on Debian $suite's $(docker run --rm "$image" python3 --version)"
+    # The checkout goes in as a copy (never mounted): the tests write caches and files beside it.
+    tar -C "$ROOT" --exclude=./.venv --exclude=./.tools -cf - . |
+        docker run --rm -i --name "paritybot-compat-$suite-$$" \
+            -v "$UV:/usr/local/bin/uv:ro" -v "$UV_CACHE:/uv-cache" -e UV_CACHE_DIR=/uv-cache \
+            -e UV_LINK_MODE=copy -e UV_PYTHON_DOWNLOADS=never "${ca[@]}" \
+            "$image" /bin/sh -ec '
+                mkdir /checkout && cd /checkout && tar -xf -
+                uv sync --quiet --locked --extra test --python /usr/bin/python3
+                exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"' sh "${UNIT_TESTS[@]}"
+}
+
+case "${1:-all}" in
+lowest) lowest ;;
+debian12) in_debian bookworm ;;
+debian13) in_debian trixie ;;
+all)
+    lowest
+    in_debian bookworm
+    in_debian trixie
+    ;;
+*)
+    echo "usage: $0 [all|lowest|debian12|debian13]" >&2
+    exit 2
+    ;;
+esac
