@@ -19,6 +19,7 @@ from runner.selection.import_graph import (
     module_names,
     python_files,
 )
+from runner.selection.importers import runs_on_import
 from runner.selection.neutral import unchanged_imports
 from runner.selection.pytest_config import PytestLayout
 from runner.selection.universe import Universe
@@ -38,6 +39,7 @@ class Context:
     layout: PytestLayout = field(default_factory=PytestLayout)  # how pytest collects at head
     _unchanged_imports: dict[str, set[str]] = field(default_factory=dict)
     _graphs: dict[str, ImportGraph] = field(default_factory=dict)
+    _runs: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)
     _line_info: dict[str, LineInfo] = field(default_factory=dict)
 
@@ -54,6 +56,15 @@ class Context:
             extensions = analyze_cython(compiled, files) if compiled else []
             self._graphs[side] = build_graph(sources, test_files=self.universe.test_files, extra=extensions)
         return self._graphs[side]
+
+    def runs_on_import(self, side: str) -> dict[str, set[str]]:
+        """Path → the files its import runs, at base or head (:func:`importers.runs_on_import`)."""
+        if side not in self._runs:
+            graph = self.graph(side)
+            rev = self.change.head if side == "head" else self.change.base
+            sources = self.read(rev, sorted(graph.modules))
+            self._runs[side] = runs_on_import(graph.modules.values(), sources, graph.by_name)
+        return self._runs[side]
 
     def base_line_info(self, path: str) -> LineInfo:
         if path not in self._line_info:

@@ -9,7 +9,9 @@ Signals, strongest first; each adds a reason to every test it selects:
    run only at import time (``def`` lines, module constants) go to the tests that run the code
    using them;
 4. the static import graph, resolved to the names actually used, for code the map cannot know
-   (new files, new functions, no map at all) and for removed names;
+   (new files, new functions, no map at all) and for removed names; for a package's
+   ``__init__.py``, whose code run at import the map records with no test, every test module
+   whose collection imports the package (:mod:`~runner.selection.importers`);
 5. file names (``tests/test_ops.py`` ↔ ``ops.py``) where the map cannot help.
 
 A change to conftest.py, packaging, CI files, ``tests.whole_suite_globs`` or compiled sources
@@ -46,10 +48,11 @@ from runner.selection.context import Context
 from runner.selection.coverage_map import CoverageMap
 from runner.selection.edited import doctests, edited_tests, own_doctests
 from runner.selection.hits import Hits, Signal, apply_budget
+from runner.selection.importers import is_package_init
 from runner.selection.neutral import behaviour_neutral, code_unchanged, docstrings_only
 from runner.selection.pytest_config import pytest_layout
 from runner.selection.quiet import why_no_test
-from runner.selection.static import always_run, data_file, name_match, static_signal
+from runner.selection.static import always_run, data_file, name_match, package_importers, static_signal
 from runner.selection.triggers import is_doc, whole_suite_reasons
 from runner.selection.universe import Universe, discover_test_files, parse_collect_only, split_nodeid
 
@@ -200,6 +203,10 @@ def _select_for_file(ctx: Context, fc: FileChange, test_files: set[str]) -> None
             static_signal(ctx, fc, fallback=False)
             return
     own_doctests(ctx, fc)
+    if is_package_init(path):
+        # Lines run while a package is imported belong to every test that imports it, with a map
+        # (it records them with no test) as without one (the graph follows names, not imports).
+        package_importers(ctx, fc)
     known = ctx.cmap is not None and ctx.cmap.knows(fc.base_path) and fc.base_text is not None
     if known:
         coverage_signal(ctx, fc)

@@ -17,6 +17,7 @@ from runner.selection.import_graph import (
     analyze_module,
     symbols_at,
 )
+from runner.selection.importers import import_time_line, importing_test_files
 from runner.selection.neutral import quiet_docstring_lines
 from runner.selection.universe import split_nodeid
 
@@ -114,6 +115,24 @@ def reach(
         verb = "imports" if len(outside) == 1 else "uses"
         reason = f"{verb} `{'` → `'.join(shown)}` {what}"
         ctx.add_tests(ctx.universe.expand(test.path, [test.name]), rank, reason)
+
+
+def package_importers(ctx: Context, fc: FileChange) -> None:
+    """A package's ``__init__.py`` whose import-time code changed: every test module whose
+    collection imports the package, or anything inside it.
+
+    Those lines run once, while the first test module imports the package, with no test's
+    context: the coverage map cannot tell who needs them, and the import graph follows the names
+    they bind, often past them (``vis.transforms.flip`` resolves to ``vis/transforms.py``). When
+    one raises, every importer fails to collect; what cannot be ruled out is run.
+    """
+    line = import_time_line(fc) if Signal.STATIC in ctx.hits.enabled else None
+    if line is None:
+        return  # only function bodies changed: they run when called, as the other signals know
+    side, path = ("head", fc.path) if fc.head_text is not None else ("base", fc.base_path)
+    reason = f"imports `{ctx.module_name(path)}`, whose code run at import this PR changes ({path}:{line})"
+    for test_file in sorted(importing_test_files(path, ctx.runs_on_import(side), ctx.universe.test_files)):
+        ctx.add_tests(ctx.universe.expand(test_file), Signal.STATIC, reason)
 
 
 # --- Signal: file names, data files, always_run -------------------------------------------------------
