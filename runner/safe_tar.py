@@ -27,8 +27,10 @@ def extract_all(tar: tarfile.TarFile, target: Path) -> None:
         tar.extractall(target, filter="data")
         return
     root = os.path.realpath(target)
+    # Checked here, so tarfile is told to trust it where it knows filters (and would warn without one).
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     for member in tar:
-        tar.extract(_checked(member, root), root, set_attrs=not member.isdir())
+        tar.extract(_checked(member, root), root, set_attrs=not member.isdir(), **trusted)
 
 
 def _checked(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:

@@ -6,6 +6,7 @@
 #   scripts/test-compat.sh lowest       # lowest-direct resolution, on this machine's python3
 #   scripts/test-compat.sh debian12     # Debian 12's python3 (3.11.2: the oldest claimed), in a container
 #   scripts/test-compat.sh debian13     # Debian 13's python3 (3.13: the newest claimed), in a container
+#   scripts/test-compat.sh debian12 tests/test_probe.py   # after the name, pytest's arguments
 #
 # The containers run on the engine DOCKER_HOST names (scripts/test.sh starts a private one) from
 # images built from nothing by scripts/build-base-image.sh (no registry needed). Each copies the
@@ -18,6 +19,9 @@ ROOT="$PWD"
 
 # What "unit" means here: every test but those that need a service this script does not start.
 UNIT_TESTS=(-m "not docker and not postgres and not browser")
+mode="${1:-all}"
+[ $# -eq 0 ] || shift
+PYTEST_ARGS=("${UNIT_TESTS[@]}" "$@")
 export UV_PYTHON_DOWNLOADS=never
 UV="$(scripts/uv.sh)"
 UV_CACHE="$("$UV" cache dir)"
@@ -36,14 +40,29 @@ lowest() {
     "$UV" pip install --quiet --python "$venv/bin/python" --no-deps -e .
     say "resolved: $(grep -E '^(aiohttp|gidgethub|pydantic|structlog|stamina|procrastinate|pytest)==' "$reqs" | tr '\n' ' ')"
     rm -f "$reqs"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${UNIT_TESTS[@]}"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${PYTEST_ARGS[@]}"
+}
+
+# A Debian release's own python3 with git and what builds a C extension (the tests of compiled
+# projects build one), on the base image from nothing; built once per engine.
+compat_image() {
+    local suite="$1" base="paritybot-test/base:$1" image="paritybot-test/compat:$1" name="paritybot-compat-build-$$"
+    docker image inspect "$image" >/dev/null 2>&1 && return 0
+    PARITYBOT_DEBIAN_SUITE="$suite" PARITYBOT_BASE_PACKAGES="python3,python3-venv,git" \
+        scripts/build-base-image.sh "$base" >&2
+    say "apt-get install gcc libc6-dev python3-dev -> $image"
+    docker rm -f "$name" >/dev/null 2>&1 || true
+    docker run --name "$name" "$base" /bin/sh -ec "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends gcc libc6-dev python3-dev >/dev/null \
+        && rm -rf /var/lib/apt/lists/*" >&2 || { docker rm -f "$name" >/dev/null; return 1; }
+    docker commit "$name" "$image" >/dev/null
+    docker rm "$name" >/dev/null
 }
 
 # A Debian release's own python3, in a container on the engine.
 in_debian() {
-    local suite="$1" image="paritybot-test/base:$1" ca=()
-    PARITYBOT_DEBIAN_SUITE="$suite" PARITYBOT_BASE_PACKAGES="python3,python3-venv,git" \
-        scripts/build-base-image.sh "$image"
+    local suite="$1" image="paritybot-test/compat:$1" ca=()
+    compat_image "$suite"
     [ -s /etc/ssl/certs/ca-certificates.crt ] &&
         ca=(-v /etc/ssl/certs/ca-certificates.crt:/run/ca.crt:ro -e SSL_CERT_FILE=/run/ca.crt)
     say "unit tests on Debian $suite's $(docker run --rm "$image" python3 --version)"
@@ -55,10 +74,10 @@ in_debian() {
             "$image" /bin/sh -ec '
                 mkdir /checkout && cd /checkout && tar -xf -
                 uv sync --quiet --locked --extra test --python /usr/bin/python3
-                exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"' sh "${UNIT_TESTS[@]}"
+                exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"' sh "${PYTEST_ARGS[@]}"
 }
 
-case "${1:-all}" in
+case "$mode" in
 lowest) lowest ;;
 debian12) in_debian bookworm ;;
 debian13) in_debian trixie ;;
@@ -68,7 +87,7 @@ all)
     in_debian trixie
     ;;
 *)
-    echo "usage: $0 [all|lowest|debian12|debian13]" >&2
+    echo "usage: $0 [all|lowest|debian12|debian13] [pytest arguments]" >&2
     exit 2
     ;;
 esac
