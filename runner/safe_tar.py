@@ -27,10 +27,13 @@ def extract_all(tar: tarfile.TarFile, target: Path) -> None:
         tar.extractall(target, filter="data")
         return
     root = os.path.realpath(target)
-    # Checked here, so tarfile is told to trust it where it knows filters (and would warn without one).
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    knows_filters = hasattr(tarfile, "fully_trusted_filter")  # only where data_filter was taken away
     for member in tar:
-        tar.extract(_checked(member, root), root, set_attrs=not member.isdir(), **trusted)
+        checked, set_attrs = _checked(member, root), not member.isdir()
+        if knows_filters:  # checked here: told so, where tarfile would warn without a filter
+            tar.extract(checked, root, set_attrs=set_attrs, filter="fully_trusted")
+        else:
+            tar.extract(checked, root, set_attrs=set_attrs)
 
 
 def _checked(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:

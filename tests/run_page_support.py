@@ -29,7 +29,7 @@ from bot.core.models import (
     TestsResult,
 )
 from bot.core.run_log import LogKind, NewLogEvent, StepEnd
-from bot.service.run_page.routes import Gate, add_run_page, private_not_found
+from bot.service.run_page.routes import Gate, Unseen, add_run_page, private_not_found, shown_to_nobody
 from bot.service.store.sqlite import SQLiteStore
 
 REPO = "octo/widgets"
@@ -164,13 +164,14 @@ async def page_server(
     *,
     port: int | None = None,
     routes: Callable[[web.UrlDispatcher], None] | None = None,
+    unseen: Unseen = shown_to_nobody,
 ) -> AsyncIterator[str]:
     """The run page's routes on a real aiohttp server over ``store`` (and the gate's own
-    ``routes``, the sign-in's); yields its base URL."""
+    ``routes``, the sign-in's; ``unseen``, its answer for what is not shown); yields its base URL."""
     import asyncio
 
     app = web.Application()
-    wake = add_run_page(app, store, gate=gate, public_url=None)
+    wake = add_run_page(app, store, gate=gate, unseen=unseen, public_url=None)
     if routes is not None:
         routes(app.router)
     wake.bind(asyncio.get_running_loop())

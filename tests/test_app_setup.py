@@ -5,105 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import stat
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 
 import aiohttp
 import payloads
 import pytest
 import yaml
-from aiohttp import web
 from aiohttp.test_utils import unused_port
 from botharness import BotHarness, bot
 from fakegithub import FakeGitHub
+from setup_support import FILES, ROOT, SetupSite, browser, forms_of, opened, setup_settings, setup_site
 
-from bot.service.pages import add_static_routes
 from bot.service.settings import Settings, SettingsError
-from bot.service.setup import SetupPages, check_setup_settings
+from bot.service.setup import check_setup_settings
 
 __all__ = ["bot"]  # the fixture, imported for pytest
-ROOT = Path(__file__).resolve().parent.parent
-FILES = {
-    "app_id_file": "app-id",
-    "private_key_path": "private-key.pem",
-    "webhook_secret_file": "webhook-secret",
-    "client_id_file": "client-id",
-    "client_secret_file": "client-secret",
-}
-
-
-def setup_settings(fake: FakeGitHub, tmp_path: Path, public_url: str) -> Settings:
-    paths = {key: tmp_path / "app" / name for key, name in FILES.items()}
-    return Settings(
-        github_api_url=fake.url,
-        github_url=fake.web.url,
-        public_url=public_url,
-        app_manifest=ROOT / "deploy" / "app-manifest.yml",
-        database_url=f"sqlite:///{tmp_path / 'bot.db'}",
-        **paths,
-    )
-
-
-@dataclass
-class SetupSite:
-    url: str
-    pages: SetupPages
-    settings: Settings
 
 
 @pytest.fixture
 async def site(fake_github: FakeGitHub, tmp_path: Path) -> AsyncIterator[SetupSite]:
-    port = unused_port()
-    url = f"http://127.0.0.1:{port}"
-    settings = setup_settings(fake_github, tmp_path, url)
-    assert settings.awaiting_app_setup()
-    async with aiohttp.ClientSession() as session:
-        pages = SetupPages(settings, session)
-        app = web.Application()
-        pages.add_routes(app.router)
-        add_static_routes(app.router)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            yield SetupSite(url, pages, settings)
-        finally:
-            await runner.cleanup()
-
-
-class Forms(HTMLParser):
-    """The page's forms as a browser sees them: (method, action, fields)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[tuple[str, str, dict[str, str]]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form":
-            self.forms.append((a.get("method", "get"), a["action"], {}))
-        elif tag == "input" and self.forms and "name" in a:
-            self.forms[-1][2][a["name"]] = a.get("value", "")
-
-
-def forms_of(html: str) -> list[tuple[str, str, dict[str, str]]]:
-    parser = Forms()
-    parser.feed(html)
-    return parser.forms
+    async for s in setup_site(fake_github, tmp_path):
+        yield s
 
 
 async def test_the_set_up_page_registers_the_app_and_writes_its_credentials_for_this_user_only(
     site: SetupSite, fake_github: FakeGitHub, tmp_path: Path
 ) -> None:
-    async with aiohttp.ClientSession() as browser:
-        async with browser.get(f"{site.url}/setup?organization=acme") as r:
+    async with browser() as b:
+        async with b.get(opened(site, "organization=acme")) as r:
             assert r.status == 200
+            assert str(r.url) == f"{site.url}/setup?organization=acme"  # the token left the address
             assert fake_github.web.url in r.headers["Content-Security-Policy"]  # its form posts there
             method, action, fields = forms_of(await r.text())[1]
         assert (method, action.split("?")[0]) == (
@@ -118,7 +55,7 @@ async def test_the_set_up_page_registers_the_app_and_writes_its_credentials_for_
             manifest["default_permissions"]
             == yaml.safe_load((ROOT / "deploy/app-manifest.yml").read_text())["default_permissions"]
         )
-        async with browser.post(action, data=fields) as r:  # GitHub creates it and sends the browser back
+        async with b.post(action, data=fields) as r:  # GitHub creates it and sends the browser back
             assert r.status == 200
             done = await r.text()
     assert site.pages.done.is_set()
@@ -147,30 +84,28 @@ async def test_the_set_up_page_registers_the_app_and_writes_its_credentials_for_
 async def test_once_the_app_is_registered_the_set_up_page_is_gone(
     site: SetupSite, fake_github: FakeGitHub
 ) -> None:
-    async with aiohttp.ClientSession() as browser:
-        async with browser.get(f"{site.url}/setup") as r:
+    async with browser() as b:
+        async with b.get(opened(site)) as r:
             _, action, fields = forms_of(await r.text())[1]
-        async with browser.post(action, data=fields, allow_redirects=False) as r:
+        async with b.post(action, data=fields, allow_redirects=False) as r:
             callback = r.headers["Location"]
-        async with browser.get(callback) as r:
+        async with b.get(callback) as r:
             assert r.status == 200
-        for url in (f"{site.url}/setup", callback):
-            async with browser.get(url) as r:
+        for url in (f"{site.url}/setup", opened(site), callback):  # the cookie and the token too
+            async with b.get(url) as r:
                 assert r.status == 404
 
 
 async def test_a_callback_the_page_did_not_start_registers_nothing(
     site: SetupSite, fake_github: FakeGitHub
 ) -> None:
-    async with aiohttp.ClientSession() as browser:
-        async with browser.get(f"{site.url}/setup") as r:
+    async with browser() as b:
+        async with b.get(opened(site)) as r:
             _, action, fields = forms_of(await r.text())[1]
-        async with browser.post(
-            action.split("?")[0] + "?state=forged", data=fields, allow_redirects=False
-        ) as r:
+        async with b.post(action.split("?")[0] + "?state=forged", data=fields, allow_redirects=False) as r:
             forged = r.headers["Location"]
-        async with browser.get(forged) as r:
-            assert r.status == 400
+        async with b.get(forged) as r:
+            assert r.status == 404  # no page started it: as if there were none
     assert fake_github.calls_to("POST", "/app-manifests/{code}/conversions") == []
     assert not (site.settings.app_id_file and site.settings.app_id_file.exists())
     assert not site.pages.done.is_set()
@@ -220,24 +155,39 @@ async def test_serve_without_an_app_offers_the_page_then_serves_as_the_app_it_re
         sys.executable, "-m", "bot.cli.main", "serve", env=env, cwd=tmp_path, stdout=log, stderr=log
     )
     try:
-        async with aiohttp.ClientSession() as browser:
-            assert (await health(browser, url, proc, tmp_path))["status"] == "awaiting set-up"
-            async with browser.get(f"{url}/setup") as r:
+        async with browser() as b:
+            assert (await health(b, url, proc, tmp_path))["status"] == "awaiting set-up"
+            async with b.get(f"{url}/setup") as r:
+                assert r.status == 404  # not without the token
+            logged = set_up_address(tmp_path / "serve.log")
+            assert logged.startswith(f"{url}/setup?token=")
+            async with b.get(logged) as r:
                 _, action, fields = forms_of(await r.text())[1]
-            async with browser.post(action, data=fields) as r:
+            async with b.post(action, data=fields) as r:
                 assert r.status == 200
             # The same process goes on as the App: its webhook answers, signed with the new secret.
-            assert (await health(browser, url, proc, tmp_path, want="ok"))["status"] == "ok"
-            async with browser.get(f"{url}/setup") as r:
-                assert r.status == 404
+            assert (await health(b, url, proc, tmp_path, want="ok"))["status"] == "ok"
+            for page in (f"{url}/setup", logged):
+                async with b.get(page) as r:
+                    assert r.status == 404
             secret = (tmp_path / "app" / "webhook-secret").read_text().strip()
             body, headers = payloads.delivery("ping", {"zen": "hi", "hook_id": 1}, secret)
-            async with browser.post(f"{url}/webhook", data=body, headers=headers) as r:
+            async with b.post(f"{url}/webhook", data=body, headers=headers) as r:
                 assert r.status == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
         log.close()
+
+
+def set_up_address(log: Path) -> str:
+    """The set-up page's address, with its token, from `serve`'s log (JSON lines on stderr)."""
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and "/setup?token=" in str(entry.get("url", "")):
+                return str(entry["url"])
+    raise AssertionError(f"no set-up address in the log: {log.read_text()[-2000:]}")
 
 
 async def health(

@@ -22,7 +22,7 @@ from fakegithub import FakeGitHub
 from postgres_support import pg_url
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from test_app_setup import setup_settings
+from setup_support import setup_settings
 from viewer_site import PRIVATE, PUBLIC, start_site
 
 from bot.core.models import CheckStatus, PrecommitResult, RunReport, RunRequest, RunState, TestsResult
@@ -226,7 +226,7 @@ async def test_in_a_browser_the_set_up_page_registers_the_app_on_github(
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            await visit(browser, f"{url}/setup")
+            await visit(browser, f"{url}/setup?token={setup.token}")  # the address `serve` logs
             button = await asyncio.to_thread(browser.find_element, By.ID, "register")
             await asyncio.to_thread(button.click)  # posts the manifest to GitHub, which sends us back
             # Every call in a thread: the driver waits for the page, which this loop serves.

@@ -295,6 +295,7 @@ async def test_a_private_repositorys_run_page_asks_to_sign_in_and_shows_only_rea
     import aiohttp
 
     from bot.service.github import GitHubApp
+    from bot.service.sessions import Sessions
     from bot.service.viewers import OAuthClient, ViewerGate
 
     fake_github.add_repo(PAGE_REPO, installation_id=7, private=True)
@@ -312,8 +313,8 @@ async def test_a_private_repositorys_run_page_asks_to_sign_in_and_shows_only_rea
             oauth = OAuthClient(
                 fake_github.web.client_id, fake_github.web.client_secret, fake_github.web.url, public_url
             )
-            gate = ViewerGate(app, session, oauth)
-            async with page_server(store, gate, port=port, routes=gate.add_routes) as url:
+            gate = ViewerGate(app, session, oauth, Sessions(store))
+            async with page_server(store, gate, port=port, routes=gate.add_routes, unseen=gate.unseen) as url:
                 page = f"{url}/runs/{job_id}"
                 fake_github.web.sign_in("alice")  # signed in to GitHub, may read the repository
                 await asyncio.to_thread(alice.get, page)
@@ -322,7 +323,7 @@ async def test_a_private_repositorys_run_page_asks_to_sign_in_and_shows_only_rea
                 fake_github.web.sign_in("bob")  # may not read it
                 await asyncio.to_thread(bob.get, page)
                 body = bob.find_element(By.TAG_NAME, "body").text
-                assert "test_add" not in body and body == "no such run"
+                assert "test_add" not in body and body == "Not Found"
                 await asyncio.to_thread(bob.get, f"{url}/runs/{'0' * 32}")
                 assert bob.find_element(By.TAG_NAME, "body").text == body  # as for no run at all
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,25 @@ def test_the_tests_history_names_tests_flaky_elsewhere_and_keeps_the_default_bra
     assert store.failing_at(REPO, "rocm", "c" * 40) is None  # another environment's record
     store.record_test_run(_test_run("main-1", None, "c" * 40))  # recorded again: replaced
     assert store.failing_at(REPO, "cuda12", "c" * 40) == {}
+
+
+def test_a_viewer_session_lives_in_the_store_until_it_is_ended(store: Store) -> None:
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    store.start_session("k1", "alice", start, start + timedelta(hours=8))
+    session = store.viewer_session("k1")
+    assert session is not None and (session.login, session.started_at, session.seen_at) == (
+        "alice",
+        start,
+        start,
+    )
+    store.session_seen("k1", start + timedelta(minutes=10))
+    seen = store.viewer_session("k1")
+    assert seen is not None and seen.seen_at == start + timedelta(minutes=10)
+    assert store.viewer_session("k2") is None
+    assert store.end_session("k1") is True
+    assert store.end_session("k1") is False
+    assert store.viewer_session("k1") is None
+    # A new sign-in forgets the sessions already past their expiry.
+    store.start_session("old", "bob", start, start + timedelta(hours=8))
+    store.start_session("new", "carol", start + timedelta(hours=9), start + timedelta(hours=17))
+    assert store.viewer_session("old") is None and store.viewer_session("new") is not None

@@ -73,7 +73,7 @@ async def test_a_signed_in_viewer_without_access_gets_404_as_for_a_repository_th
             assert await r.text() == denied
 
 
-async def test_read_access_is_remembered_briefly_then_asked_again(
+async def test_read_access_is_remembered_briefly_then_asked_again_and_its_loss_ends_the_session(
     site: Site, fake_github: FakeGitHub
 ) -> None:
     fake_github.web.sign_in("alice")
@@ -85,8 +85,13 @@ async def test_read_access_is_remembered_briefly_then_asked_again(
         async with b.get(f"{site.url}/runs/{PRIVATE}") as r:
             assert r.status == 200  # remembered: GitHub is not asked on every view
         assert len(fake_github.calls_to("GET", f"/repos/{PRIVATE}")) == asked
-        site.clock[0] += 61
+        site.later(61)
         async with b.get(f"{site.url}/runs/{PRIVATE}", allow_redirects=False) as r:
+            # Asked again: the access this session was let in with is gone, and the session with
+            # it; signing in again shows GitHub's answer of now (404).
+            assert r.status == 302 and URL(r.headers["Location"]).path == "/login"
+            assert r.cookies[SESSION_COOKIE].value == ""
+        async with b.get(f"{site.url}/runs/{PRIVATE}", allow_redirects=True) as r:
             assert r.status == 404
 
 

@@ -236,9 +236,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # The service's modules are imported here only: the local commands start faster without them.
-    from bot.service.app import serve, serve_setup
+    from bot.service.app import serve
     from bot.service.settings import SettingsError, load_settings
-    from bot.service.setup import check_setup_settings
+    from bot.service.setup import check_setup_settings, serve_setup
     from bot.service.store.protocol import StoreError
 
     try:

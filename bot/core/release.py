@@ -63,7 +63,8 @@ SCHEMAS: tuple[SchemaSpan, ...] = (
     SchemaSpan(backend="sqlite", schema_version=4, first=None, last=None),
     SchemaSpan(backend="sqlite", schema_version=5, first=None, last=None),
     SchemaSpan(backend="sqlite", schema_version=6, first=None, last=None),
-    SchemaSpan(backend="sqlite", schema_version=7, first="0.3.0", last=None),
+    SchemaSpan(backend="sqlite", schema_version=7, first=None, last=None),
+    SchemaSpan(backend="sqlite", schema_version=8, first="0.3.0", last=None),
     SchemaSpan(backend="postgresql", schema_version=0, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=1, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=2, first="0.2.0", last="0.2.0"),
@@ -71,7 +72,8 @@ SCHEMAS: tuple[SchemaSpan, ...] = (
     SchemaSpan(backend="postgresql", schema_version=4, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=5, first=None, last=None),
     SchemaSpan(backend="postgresql", schema_version=6, first=None, last=None),
-    SchemaSpan(backend="postgresql", schema_version=7, first="0.3.0", last=None),
+    SchemaSpan(backend="postgresql", schema_version=7, first=None, last=None),
+    SchemaSpan(backend="postgresql", schema_version=8, first="0.3.0", last=None),
 )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -33,6 +32,7 @@ from bot.service.executor import RunExecutor
 from bot.service.fleet.locks import AdvisoryPrLocks
 from bot.service.fleet.service import FleetLoops
 from bot.service.github import GitHubApp
+from bot.service.http_limits import GuardedSite
 from bot.service.instance import Instance
 from bot.service.locks import PrLocking, PrLocks
 from bot.service.metrics import Metrics
@@ -41,14 +41,15 @@ from bot.service.pages import add_static_routes
 from bot.service.publisher.publisher import Publisher, reporter_for
 from bot.service.reconciler import Reconciler
 from bot.service.run_page.live import LogWake, listen_for_logs
+from bot.service.run_page.redaction import public_redaction
 from bot.service.run_page.routes import Gate, add_run_page
 from bot.service.scheduler import Scheduler
+from bot.service.sessions import Sessions
 from bot.service.settings import Settings
-from bot.service.setup import SetupPages
 from bot.service.store.postgres_fleet import FleetStore
 from bot.service.store.protocol import EmbeddedQueue, Store
 from bot.service.store.sqlite import SQLiteStore
-from bot.service.supervisor import Supervisor
+from bot.service.supervisor import Supervisor, stop_on_signals
 from bot.service.viewers import GATE_KEY, ViewerGate, oauth_client
 from bot.service.web import create_web_app
 from bot.service.worker import WorkerPool
@@ -326,10 +327,19 @@ async def _build(
     )
     add_static_routes(web_app.router)
     # Who may see a repository's pages; the pages ask it (GATE_KEY) before they answer.
-    viewers = ViewerGate(app, session, oauth_client(settings), access_ttl_s=settings.viewer_access_ttl_s)
+    viewers = ViewerGate(
+        app, session, oauth_client(settings), Sessions(store), access_ttl_s=settings.viewer_access_ttl_s
+    )
     web_app[GATE_KEY] = viewers
     viewers.add_routes(web_app.router)
-    wake = add_run_page(web_app, store, gate=gate or viewers, public_url=settings.public_url)
+    wake = add_run_page(
+        web_app,
+        store,
+        gate=gate or viewers,
+        unseen=viewers.unseen,
+        redaction=public_redaction(settings),
+        public_url=settings.public_url,
+    )
     wake.bind(asyncio.get_running_loop())
     publisher.feed.listeners.append(wake.notify)  # a run's state changed: its open pages look now
     if isinstance(store, SQLiteStore):
@@ -366,52 +376,15 @@ async def start_service(service: Service) -> None:
     service.dispatcher.start(service.supervisor)
 
 
-async def serve_setup(settings: Settings) -> bool:
-    """No App yet: the one-time set-up page (bot/service/setup.py) until the App is registered
-    (True: serve as the App now) or the service is stopped (False)."""
-    async with aiohttp.ClientSession() as session:
-        setup = SetupPages(settings, session)
-        web_app = web.Application()
-        setup.add_routes(web_app.router)
-        add_static_routes(web_app.router)
-        web_app.router.add_get("/healthz", _awaiting_setup)
-        runner = web.AppRunner(web_app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, settings.host, settings.port).start()
-        log.warning(
-            "no GitHub App configured: register it at the set-up page", url=f"{settings.public_url}/setup"
-        )
-        stop = _stop_on_signals()
-        done, stopping = asyncio.create_task(setup.done.wait()), asyncio.create_task(stop.wait())
-        await asyncio.wait([done, stopping], return_when=asyncio.FIRST_COMPLETED)
-        for task in (done, stopping):
-            task.cancel()
-        await runner.cleanup()
-        return setup.done.is_set()
-
-
-async def _awaiting_setup(request: web.Request) -> web.Response:
-    return web.json_response({"status": "awaiting set-up", "setup": "/setup"})
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 async def serve(settings: Settings) -> None:
     service = await build_service(settings)
     await start_service(service)
     runner = web.AppRunner(service.web_app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    # Slow clients are closed and counted (bot/service/http_limits.py): a TCP site with a guard.
+    await GuardedSite(runner, settings.host, settings.port).start()
     log.info("serving", host=settings.host, port=settings.port, api=settings.github_api_url)
-    await _stop_on_signals().wait()
+    await stop_on_signals().wait()
     log.info("shutting down")
     await runner.cleanup()
     await service.stop()

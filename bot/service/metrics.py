@@ -56,7 +56,8 @@ class Metrics:
         self.deliveries = Counter(
             "paritybot_deliveries",
             "Webhook deliveries answered by this process, by outcome: accepted (new, committed), "
-            "redelivered (known id), refused (400, 401, 413, 415), unrecorded (503: the store failed)",
+            "redelivered (known id), refused (400, 401, 413, 415), unrecorded (503: the store failed), "
+            "abandoned (the body never arrived: 408, or the sender hung up)",
             ["outcome"],
             registry=r,
         )

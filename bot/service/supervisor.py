@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -90,3 +91,13 @@ def _describe(exc: BaseException) -> str:
     except Exception:  # an exception whose message cannot be made
         text = type(exc).__name__
     return text[:REASON_MAX]
+
+
+def stop_on_signals() -> asyncio.Event:
+    """Set when the process is asked to stop (SIGINT, SIGTERM)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop

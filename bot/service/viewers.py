@@ -6,81 +6,60 @@ answer is sent instead — a redirect to sign in for an anonymous viewer, 404 fo
 may not see it (never 403: a private repository's name is not confirmed to outsiders).
 
 The viewer's GitHub token lives only in the session cookie, encrypted and signed (Fernet, with a
-key derived from the App's client secret), HttpOnly and SameSite=Lax; read access is asked of
-GitHub with that token and remembered for ``PARITYBOT_VIEWER_ACCESS_TTL_S``. A program (``paritybot
-repro``) sends its user's token instead, as ``Authorization: Bearer``: asked the same way, no
-sign-in needed, never kept.
+key derived from the App's client secret), HttpOnly and SameSite=Lax; the cookie also names a
+session the store must still hold (:mod:`bot.service.sessions`), so signing out ends it on the
+server and revokes the token at GitHub. Read access is asked of GitHub with that token and
+remembered for ``PARITYBOT_VIEWER_ACCESS_TTL_S``. A program (``paritybot repro``) sends its user's
+token instead, as ``Authorization: Bearer``: asked the same way, no sign-in needed, never kept.
+
+Whatever is not shown gets one answer, :meth:`ViewerGate.unseen`, whether it exists or not: an
+anonymous viewer is sent to sign in, anyone else gets 404. A page must answer a made-up name with
+it too, or its answers would tell an outsider which private names exist.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import re
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 import structlog
 from aiohttp import web
-from cryptography.fernet import Fernet, InvalidToken
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from gidgethub import BadRequest, GitHubException, RateLimitExceeded
 
 from bot.service.github import GitHubApp, RateLimitedError
-from bot.service.logs import register_secret
-from bot.service.settings import Settings, SettingsError
+from bot.service.sessions import SESSION_ABSOLUTE_S, Sessions, session_key
+from bot.service.sign_in import OAuthClient, Sealer, oauth_client, safe_next
 
+# OAuthClient, oauth_client and safe_next live in bot.service.sign_in; named here as before.
+__all__ = ["GATE_KEY", "SESSION_COOKIE", "OAuthClient", "ViewerGate", "oauth_client", "safe_next"]
 log = structlog.get_logger(__name__)
 
 SESSION_COOKIE = "paritybot_session"
 STATE_COOKIE = "paritybot_oauth_state"
-SESSION_TTL_S = 8 * 3600  # a GitHub App's user token lives 8 hours
+SESSION_TTL_S = SESSION_ABSOLUTE_S  # the cookie's own age; the store decides before that
 STATE_TTL_S = 600
 REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
-
-
-def safe_next(target: str | None) -> str:
-    """Where to go back after signing in: a path of this site only (no other host, no scheme)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    if any(ord(c) < 0x21 for c in target):
-        return "/"
-    return target
 
 
 @dataclass(frozen=True)
 class Viewer:
     login: str
     token: str
+    session_id: str | None = None  # None: a program's own token, no session
 
 
-class Sealer:
-    """Encrypts and signs what the cookies carry; a cookie changed or past its age reads as none."""
-
-    def __init__(self, client_secret: str):
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"paritybot viewer session").derive(
-            client_secret.encode()
-        )
-        self._fernet = Fernet(base64.urlsafe_b64encode(key))
-
-    def seal(self, data: dict[str, Any]) -> str:
-        return self._fernet.encrypt(json.dumps(data).encode()).decode()
-
-    def open(self, value: str | None, max_age_s: int) -> dict[str, Any] | None:
-        if not value:
-            return None
-        try:
-            data = json.loads(self._fernet.decrypt(value.encode(), ttl=max_age_s))
-        except (InvalidToken, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+class Access(Enum):
+    YES = "yes"
+    NO = "no"
+    GONE = "gone"  # GitHub refused the token, or took back what this session was let into
 
 
 class TimedCache:
@@ -104,56 +83,6 @@ class TimedCache:
         self._items[key] = (self._clock() + self._ttl, value)
 
 
-@dataclass(frozen=True)
-class OAuthClient:
-    """The App's user authorization: its client id and secret, GitHub's web address, ours."""
-
-    client_id: str
-    client_secret: str
-    github_url: str
-    public_url: str
-
-    @property
-    def callback_url(self) -> str:
-        return f"{self.public_url}/oauth/callback"
-
-    def authorize_url(self, state: str) -> str:
-        query = urlencode({"client_id": self.client_id, "redirect_uri": self.callback_url, "state": state})
-        return f"{self.github_url}/login/oauth/authorize?{query}"
-
-    async def exchange(self, session: aiohttp.ClientSession, code: str) -> str | None:
-        """The viewer's token for the code GitHub sent back; None when GitHub refuses it."""
-        form = {
-            "client_id": self.client_id,
-            "client_secret": self.client_secret,
-            "code": code,
-            "redirect_uri": self.callback_url,
-        }
-        async with session.post(
-            f"{self.github_url}/login/oauth/access_token", data=form, headers={"Accept": "application/json"}
-        ) as response:
-            data = await response.json(content_type=None) if response.status == 200 else {}
-        token = data.get("access_token") if isinstance(data, dict) else None
-        if not isinstance(token, str) or not token:
-            error = data.get("error") if isinstance(data, dict) else None
-            log.warning("sign-in refused by GitHub", status=response.status, error=str(error)[:100])
-            return None
-        register_secret(token)
-        return token
-
-
-def oauth_client(settings: Settings) -> OAuthClient | None:
-    """The sign-in of the settings' App; None when its client id and secret are not given."""
-    credentials = settings.viewer_sign_in()
-    if credentials is None:
-        return None
-    if settings.public_url is None:
-        raise SettingsError(
-            "PARITYBOT_PUBLIC_URL: not set; viewers signing in are sent back to PUBLIC_URL/oauth/callback"
-        )
-    return OAuthClient(*credentials, settings.github_url, settings.public_url)
-
-
 class ViewerGate:
     """``await gate(request, "owner/name")``: None to show the page, else the answer to send.
 
@@ -166,46 +95,83 @@ class ViewerGate:
         app: GitHubApp,
         session: aiohttp.ClientSession,
         oauth: OAuthClient | None,
+        sessions: Sessions | None = None,
         *,
         access_ttl_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ):
+        if oauth is not None and sessions is None:
+            raise ValueError("signing viewers in needs the store's sessions")
         self._app = app
         self._session = session
         self._oauth = oauth
+        self._sessions = sessions
         self._sealer = Sealer(oauth.client_secret) if oauth is not None else None
         self._secure = oauth is not None and oauth.public_url.startswith("https://")
         self._public = TimedCache(access_ttl_s, clock)
         self._access = TimedCache(access_ttl_s, clock)
+        # (session key, repository) pairs GitHub let a session into: when a later check says no,
+        # the access was taken back and the session ends (a bounded set; lost entries only mean a
+        # 404 instead of ending the session).
+        self._granted: set[tuple[str, str]] = set()
 
     async def __call__(self, request: web.Request, repository: str) -> web.StreamResponse | None:
         if not REPOSITORY.match(repository):
-            return _not_found()
+            return await self.unseen(request)
         if await self._is_public(repository):
             return None
-        viewer = self.viewer(request)
+        viewer = await self.viewer(request)
         if viewer is None:
-            if self._oauth is None:
-                return _not_found()  # no sign-in set up: private pages are shown to nobody
-            return _redirect(f"/login?{urlencode({'next': request.path_qs})}")
-        if await self._can_read(viewer, repository):
+            return self._anonymous(request)
+        access = await self._can_read(viewer, repository)
+        if access is Access.YES:
             return None
+        if access is Access.GONE and viewer.session_id is not None and self._sessions is not None:
+            await self._sessions.end(viewer.session_id, viewer.login, why="access gone")
+            return self._anonymous(request)
         return _not_found()
 
-    def viewer(self, request: web.Request) -> Viewer | None:
-        """The signed-in viewer (the session cookie), or a program sending its user's GitHub token
-        (``Authorization: Bearer …``, as ``paritybot repro`` does); None for anyone else."""
+    async def unseen(self, request: web.Request) -> web.StreamResponse:
+        """The one answer for whatever is not shown, there or not: a function of the request
+        alone (anonymous: sign in first, if sign-in is set up; anyone else: 404)."""
+        return self._anonymous(request) if await self.viewer(request) is None else _not_found()
+
+    def _anonymous(self, request: web.Request) -> web.StreamResponse:
+        if self._oauth is None:
+            return _not_found()  # no sign-in set up: private pages are shown to nobody
+        response = _redirect(f"/login?{urlencode({'next': request.path_qs})}")
+        if SESSION_COOKIE in request.cookies:
+            response.del_cookie(SESSION_COOKIE, path="/")  # it names no session any more
+        return response
+
+    async def viewer(self, request: web.Request) -> Viewer | None:
+        """The signed-in viewer (the session cookie, naming a session the store still holds), or
+        a program sending its user's GitHub token (``Authorization: Bearer …``, as ``paritybot
+        repro`` does); None for anyone else."""
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip()
         if scheme.lower() in ("bearer", "token") and token:
             # Never stored nor logged: it only asks GitHub whether its user may read the repository.
             return Viewer(f"token:{hashlib.sha256(token.encode()).hexdigest()[:16]}", token)
+        data = self._sealed_session(request)
+        if data is None or self._sessions is None:
+            return None
+        login, token, session_id = data
+        if not await self._sessions.check(session_id, login):
+            return None
+        return Viewer(login, token, session_id)
+
+    def _sealed_session(self, request: web.Request) -> tuple[str, str, str] | None:
+        """(login, token, session id) from an intact cookie of this service, not yet checked."""
         if self._sealer is None:
             return None
         data = self._sealer.open(request.cookies.get(SESSION_COOKIE), SESSION_TTL_S)
-        if data is None or not isinstance(data.get("login"), str) or not isinstance(data.get("token"), str):
+        if data is None:
             return None
-        return Viewer(data["login"], data["token"])
+        fields = data.get("login"), data.get("token"), data.get("sid")
+        if not all(isinstance(f, str) and f for f in fields):
+            return None  # a cookie of an older release names no session: sign in again
+        return str(fields[0]), str(fields[1]), str(fields[2])
 
     async def _is_public(self, repository: str) -> bool:
         known = self._public.get(repository.lower())
@@ -227,25 +193,35 @@ class ViewerGate:
         self._public.put(repository.lower(), public)
         return public
 
-    async def _can_read(self, viewer: Viewer, repository: str) -> bool:
+    async def _can_read(self, viewer: Viewer, repository: str) -> Access:
         key = (viewer.login.lower(), repository.lower())
+        granted = (session_key(viewer.session_id), repository.lower()) if viewer.session_id else None
         known = self._access.get(key)
         if known is not None:
-            return known
+            return Access.YES if known else Access.NO
         try:
             # GitHub shows a repository to a user's token only when that user can read it (and
             # the App is installed there); otherwise 404.
             await self._app.as_viewer(viewer.token).getitem(f"/repos/{repository}")
-            allowed = True
         except RateLimitExceeded:
-            return False  # the viewer's own budget is spent: not an answer about access
-        except BadRequest as exc:  # 404 (no access), 403, 401 (a revoked token)
-            allowed = False
-            log.info("viewer has no access", login=viewer.login, repo=repository, status=int(exc.status_code))
+            return Access.NO  # the viewer's own budget is spent: not an answer about access
+        except BadRequest as exc:  # 404 (no access), 403, 401 (a revoked or expired token)
+            status = int(exc.status_code)
+            log.info("viewer has no access", login=viewer.login, repo=repository, status=status)
+            if status == 401 or granted in self._granted:
+                if granted is not None:
+                    self._granted.discard(granted)
+                return Access.GONE  # not remembered: each session finds out for itself
+            self._access.put(key, False)
+            return Access.NO
         except (GitHubException, RateLimitedError, aiohttp.ClientError):
-            return False  # GitHub failed to answer: not remembered, asked again next time
-        self._access.put(key, allowed)
-        return allowed
+            return Access.NO  # GitHub failed to answer: not remembered, asked again next time
+        self._access.put(key, True)
+        if granted is not None:
+            if len(self._granted) >= 10_000:
+                self._granted.clear()
+            self._granted.add(granted)
+        return Access.YES
 
     # the routes -------------------------------------------------------------------------------
 
@@ -264,7 +240,7 @@ class ViewerGate:
         return response
 
     async def callback(self, request: web.Request) -> web.StreamResponse:
-        if self._oauth is None or self._sealer is None:
+        if self._oauth is None or self._sealer is None or self._sessions is None:
             return _not_found()
         expected = self._sealer.open(request.cookies.get(STATE_COOKIE), STATE_TTL_S)
         state, code = request.query.get("state", ""), request.query.get("code", "")
@@ -280,16 +256,27 @@ class ViewerGate:
             user = await self._app.as_viewer(token).getitem("/user")
         except GitHubException:
             return web.Response(status=502, text="GitHub did not say who signed in: sign in again.")
+        login = str(user["login"])
+        session_id = await self._sessions.start(login)
         response = _redirect(safe_next(str(expected.get("next"))))
-        sealed = self._sealer.seal({"login": str(user["login"]), "token": token})
+        sealed = self._sealer.seal({"login": login, "token": token, "sid": session_id})
         self._cookie(response, SESSION_COOKIE, sealed, SESSION_TTL_S, path="/")
         response.del_cookie(STATE_COOKIE, path="/oauth")
-        log.info("viewer signed in", login=str(user["login"]))
+        log.info("viewer signed in", login=login)
         return response
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
+        """Ends the session on the server and revokes its token at GitHub: the cookie, kept or
+        copied, is no session afterwards, and the token inside it opens nothing at GitHub."""
         response = _redirect("/")
         response.del_cookie(SESSION_COOKIE, path="/")
+        sealed = self._sealed_session(request)
+        if sealed is None or self._oauth is None or self._sessions is None:
+            return response
+        login, token, session_id = sealed
+        await self._sessions.end(session_id, login, why="signed out")
+        if await self._oauth.revoke(self._session, self._app.api_url, token):
+            log.info("viewer token revoked", login=login)
         return response
 
     def _cookie(self, response: web.StreamResponse, name: str, value: str, max_age: int, path: str) -> None:

@@ -528,6 +528,15 @@ class FakeGitHub:
         ctx = handlers.Ctx(self, request, params, dict(request.query), body, None, None)
         if op_id in user_api.UNAUTHENTICATED:
             return ctx
+        if op_id in user_api.CLIENT_CREDENTIALS:
+            # GitHub: "You must use Basic Authentication … using the client_id and client_secret
+            # of the GitHub App"; a token is refused.
+            if not self.web.client_authenticates(request.headers.get("Authorization", "")):
+                self._violation(
+                    "invalid-request", self.calls[-1], op_id, ["not the App's client id and secret"]
+                )
+                raise auth.AuthError("Requires authentication")
+            return ctx
         if scheme.lower() not in ("bearer", "token") or not credential:
             raise auth.AuthError("Requires authentication")
         ctx.user_login = self.web.find_user(credential)

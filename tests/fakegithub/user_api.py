@@ -1,5 +1,6 @@
 """API operations a browser's side of the App calls: as a signed-in viewer (a user token of the
-App's user authorization), and the manifest conversion that registers the App (no credential)."""
+App's user authorization), the manifest conversion that registers the App (no credential), and
+revoking a viewer's token when the viewer signs out (the App's client id and secret, HTTP Basic)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from .handlers import Ctx, GitHubError, not_found, respond
 
 # Operations GitHub answers without any credential.
 UNAUTHENTICATED = frozenset({"apps/create-from-manifest"})
+# Operations GitHub answers only to the App's client: Basic, its client id and secret.
+CLIENT_CREDENTIALS = frozenset({"apps/delete-token"})
 
 
 def _needs_user(ctx: Ctx) -> str:
@@ -84,8 +87,22 @@ async def create_from_manifest(ctx: Ctx) -> web.Response:
     return respond(out, 201)
 
 
+async def delete_token(ctx: Ctx) -> web.Response:
+    """Revoke one user token of the App's user authorization ("Delete an app token"): it no longer
+    reads anything. GitHub answers 404 for a token it does not know (expired, revoked, another
+    App's)."""
+    if ctx.params["client_id"] != ctx.fake.web.client_id:
+        raise not_found()
+    token = str(ctx.body["access_token"])
+    if ctx.fake.web.user_tokens.pop(token, None) is None:
+        raise not_found()
+    ctx.fake.web.revoked.append(token)
+    return respond(None, 204)
+
+
 HANDLERS = {
     "users/get-authenticated": get_authenticated_user,
     "repos/get": get_repo,
     "apps/create-from-manifest": create_from_manifest,
+    "apps/delete-token": delete_token,
 }

@@ -14,6 +14,8 @@ fails on it unless it said it expected one.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ class WebSide:
     signed_in: str | None = None
     codes: dict[str, tuple[str, str, datetime]] = field(default_factory=dict)
     user_tokens: dict[str, UserToken] = field(default_factory=dict)
+    revoked: list[str] = field(default_factory=list)  # user tokens revoked by the App's client
     manifests: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
     conversions: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
@@ -65,6 +68,17 @@ class WebSide:
         token = UserToken(value, login, self.fake.now() + timedelta(hours=8))
         self.user_tokens[token.token] = token
         return token.token
+
+    def client_authenticates(self, authorization: str) -> bool:
+        """Whether an Authorization header is HTTP Basic with the App's client id and secret."""
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return user == self.client_id and password == self.client_secret
 
     def find_user(self, credential: str) -> str | None:
         token = self.user_tokens.get(credential)

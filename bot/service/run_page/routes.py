@@ -4,10 +4,13 @@
 `paritybot repro owner/repo#N`).
 
 Every answer about a run asks the gate first when its repository is private (or not known to be
-public): the gate gets the request and the repository's full name and returns None to allow, or
-the response to send. The default gate answers 404, as for a run that does not exist, so a
-private repository's runs are never shown, nor said to exist. Pages are served with a strict
-Content-Security-Policy: scripts and styles only from this server's static files, nothing inline.
+public): the gate gets the request and the repository's full name and returns None to allow. When
+it does not, the answer is ``unseen``'s — the very answer a run that does not exist gets (a bad id,
+an unknown run, a pull request with no run), byte for byte, so no answer tells an outsider that a
+private run exists. The defaults answer 404 to both. What is shown of a run goes through
+:mod:`bot.service.run_page.redaction` first: nothing of the service's machines reaches a page.
+Pages are served with a strict Content-Security-Policy: scripts and styles only from this
+server's static files, nothing inline.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from bot.render.run_record import RunMeta, RunRecord, run_record
 from bot.render.run_steps import fold_steps
 from bot.render.terminal import Line
 from bot.service.run_page.live import LogWake
+from bot.service.run_page.redaction import NOTHING_MORE, PublicRedaction
 from bot.service.store.protocol import Store
 from bot.service.store.records import Job
 
 Gate = Callable[[web.Request, str], Awaitable[web.StreamResponse | None]]
+Unseen = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -57,12 +62,19 @@ _FINAL = {"succeeded", "failed", "cancelled"}
 
 STORE = web.AppKey("run_page_store", Store)
 GATE: web.AppKey[Gate] = web.AppKey("run_page_gate")
+UNSEEN: web.AppKey[Unseen] = web.AppKey("run_page_unseen")
+REDACTION = web.AppKey("run_page_redaction", PublicRedaction)
 WAKE = web.AppKey("run_page_wake", LogWake)
 PUBLIC_URL: web.AppKey[str | None] = web.AppKey("run_page_public_url")
 
 
 async def private_not_found(request: web.Request, repository: str) -> web.StreamResponse | None:
     """The default gate: nobody sees a private repository's runs (404, as for no run at all)."""
+    return not_found()
+
+
+async def shown_to_nobody(request: web.Request) -> web.StreamResponse:
+    """The default answer for what is not shown: 404, as for no run at all."""
     return not_found()
 
 
@@ -131,28 +143,35 @@ def meta_of(job: Job) -> RunMeta:
 
 
 async def allowed_job(request: web.Request, run_id: str) -> Job | web.StreamResponse:
-    """The run, or the response to send instead (404 for a bad id, an unknown run, the gate's)."""
+    """The run, or the response to send instead: ``unseen``'s for a bad id, an unknown run and a
+    run the gate refuses alike."""
     if not _RUN_ID.fullmatch(run_id):
-        return not_found()
+        return await request.app[UNSEEN](request)
     job = await asyncio.to_thread(request.app[STORE].get_job, run_id)
     if job is None:
-        return not_found()
+        return await request.app[UNSEEN](request)
     if job.request.private is not False:
         refused = await request.app[GATE](request, job.repo)
         if refused is not None:
-            # A refusal reads exactly as a run that does not exist: nothing confirms that it does.
-            return not_found() if refused.status == 404 else refused
+            # Not the gate's own answer: one that a run that does not exist gets too, so nothing
+            # (a sign-in redirect for this name and a 404 for a made-up one) confirms it exists.
+            return await request.app[UNSEEN](request)
     return job
+
+
+def redacted_events(request: web.Request, events: list[LogEvent]) -> list[LogEvent]:
+    return request.app[REDACTION].events(events)
 
 
 async def _load(request: web.Request, job: Job) -> tuple[RunRecord, list[LogEvent], list[StepLog]]:
     store = request.app[STORE]
-    report, events = await asyncio.gather(
+    report, stored = await asyncio.gather(
         asyncio.to_thread(store.report, job.id), asyncio.to_thread(_all_events, store, job.id)
     )
+    events = redacted_events(request, stored)
     steps = fold_steps(events, run_over=job.state.value in _FINAL)
     url = run_page_url(request.app[PUBLIC_URL], job.id)
-    record = run_record(meta_of(job), report, steps, url)
+    record = request.app[REDACTION].record(run_record(meta_of(job), report, steps, url))
     return record, events, [step_log(s) for s in steps]
 
 
@@ -209,10 +228,10 @@ async def pull_latest_json(request: web.Request) -> web.StreamResponse:
     try:
         number = int(request.match_info["number"])
     except ValueError:
-        return not_found()
+        return await request.app[UNSEEN](request)
     jobs = await asyncio.to_thread(request.app[STORE].jobs_for_pr, repo, number)
     if not jobs:
-        return not_found()
+        return await request.app[UNSEEN](request)
     return await run_json_of(request, jobs[-1].id)
 
 
@@ -226,7 +245,7 @@ async def step_lines(request: web.Request) -> web.StreamResponse:
         first, last = int(request.query.get("from", "1")), int(request.query.get("to", "1"))
     except ValueError:
         return web.json_response({"error": "from, to and the step are numbers"}, status=400)
-    events = await asyncio.to_thread(_all_events, request.app[STORE], job.id)
+    events = redacted_events(request, await asyncio.to_thread(_all_events, request.app[STORE], job.id))
     steps = [s for s in fold_steps(events) if s.index == index]
     if not steps:
         return not_found()
@@ -246,14 +265,20 @@ def add_run_page(
     store: Store,
     *,
     gate: Gate = private_not_found,
+    unseen: Unseen = shown_to_nobody,
+    redaction: PublicRedaction = NOTHING_MORE,
     wake: LogWake | None = None,
     public_url: str | None = None,
 ) -> LogWake:
-    """The run page's routes on ``app``; returns the wake its live logs wait on."""
+    """The run page's routes on ``app``; returns the wake its live logs wait on. ``unseen``: the
+    answer for a run not shown (the viewers' gate's, in the service); ``redaction``: what pages
+    must not show of the service (:func:`bot.service.run_page.redaction.public_redaction`)."""
     from bot.service.run_page.stream import run_events
 
     app[STORE] = store
     app[GATE] = gate
+    app[UNSEEN] = unseen
+    app[REDACTION] = redaction
     app[WAKE] = wake or LogWake()
     app[PUBLIC_URL] = public_url
     app.router.add_get("/runs/{run_id}.json", run_json)

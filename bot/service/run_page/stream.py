@@ -23,7 +23,7 @@ from aiohttp import web
 
 from bot.core.run_log import LogEvent, LogKind, StepEnd
 from bot.render.terminal import Line, TerminalParser
-from bot.service.run_page.routes import _FINAL, SAFE_HEADERS, STORE, WAKE, allowed_job
+from bot.service.run_page.routes import _FINAL, SAFE_HEADERS, STORE, WAKE, allowed_job, redacted_events
 from bot.service.store.records import Job
 
 LOOK_S = 2.0  # a stream looks at the store at least this often, woken or not
@@ -83,7 +83,9 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     stream = LogStream()
     seen = 0
     while seen < after:  # replayed, not sent: the page has it
-        batch = [e for e in await asyncio.to_thread(store.log_events, job.id, seen) if e.seq <= after]
+        # Replayed as sent: redacted, so line numbers and open lines match what the page got.
+        stored = await asyncio.to_thread(store.log_events, job.id, seen)
+        batch = redacted_events(request, [e for e in stored if e.seq <= after])
         if not batch:
             break
         for event in batch:
@@ -120,7 +122,7 @@ async def _send_until_over(
     quiet = 0.0
     while not wake.closed:
         woken.clear()
-        events = await asyncio.to_thread(store.log_events, job.id, after)
+        events = redacted_events(request, await asyncio.to_thread(store.log_events, job.id, after))
         for event in events:
             if _track_attempt(stream, event):
                 await response.write(_frame("run", {"state": "restarted"}, after))

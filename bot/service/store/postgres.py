@@ -30,6 +30,7 @@ from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.overview import Overview, read_overview
 from bot.service.store.postgres_logs import PostgresRunLogs
 from bot.service.store.postgres_schema import migrate, safe_url
+from bot.service.store.postgres_sessions import PostgresSessions
 from bot.service.store.records import (
     COMMIT_RECORD_SQL,
     TOLD_SQL,
@@ -80,7 +81,7 @@ def _lock_key(name: str) -> str:
     return f"paritybot:{name}"
 
 
-class PostgresStore(PostgresRunLogs):
+class PostgresStore(PostgresRunLogs, PostgresSessions):
     """:class:`bot.service.store.protocol.Store` on PostgreSQL, and what agents and the reaper need."""
 
     def __init__(

@@ -15,6 +15,7 @@ from bot.core.models import EnvFacts, RunReport, RunRequest, RunState
 from bot.service.store.overview import Overview
 from bot.service.store.records import Delivery, DeliveryStatus, Job, PullState, TestRunRecord
 from bot.service.store.run_logs import RunLogStore
+from bot.service.store.sessions import SessionStore
 from runner.backends.base import StepProcess
 
 
@@ -23,7 +24,7 @@ class StoreError(Exception):
     the message says why in one line, and what to do."""
 
 
-class Store(RunLogStore, Protocol):
+class Store(RunLogStore, SessionStore, Protocol):
     def close(self) -> None: ...
 
     # deliveries: committed before the 202, dispatched afterwards ---------------------------------

@@ -36,6 +36,7 @@ from bot.service.store.records import (
 )
 from bot.service.store.sqlite_logs import SQLiteRunLogs
 from bot.service.store.sqlite_schema import migrate
+from bot.service.store.sqlite_sessions import SQLiteSessions
 from runner.backends.base import StepProcess
 
 _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
@@ -82,7 +83,7 @@ def _delivery(row: sqlite3.Row) -> Delivery:
     )
 
 
-class SQLiteStore(SQLiteRunLogs):
+class SQLiteStore(SQLiteRunLogs, SQLiteSessions):
     """:class:`bot.service.store.protocol.Store` on one SQLite file."""
 
     def __init__(self, path: Path):
