@@ -82,12 +82,18 @@ def engine_has_nvidia(client: docker.DockerClient) -> bool:
 def containers_of(client: docker.DockerClient, run_id: str, role: str | None = None) -> list[str]:
     """Names of every container, running or not, labelled with ``run_id`` (and ``role``: step, watch)."""
     labels = [f"paritybot.run-id={run_id}", *([f"paritybot.role={role}"] if role else [])]
-    found = client.containers.list(all=True, filters={"label": labels})
+    # One removed between the listing and its inspection (a step's clean-up) is not an error: the
+    # engine answers 404 for a container whose removal is under way.
+    found = client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
     return [c.name for c in found]
 
 
 def volumes_of(client: docker.DockerClient, run_id: str) -> list[str]:
-    return [v.name for v in client.volumes.list(filters={"label": f"paritybot.run-id={run_id}"})]
+    """Names of the volumes labelled with ``run_id`` or named after it: the engine re-creates a
+    removed volume, unlabelled, for a container that mounts it."""
+    labelled = client.volumes.list(filters={"label": f"paritybot.run-id={run_id}"})
+    named = client.volumes.list(filters={"name": run_id})
+    return sorted({v.name for v in [*labelled, *named]})
 
 
 def small_env(image: str, **kw: object) -> Environment:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -511,15 +512,18 @@ async def test_a_step_whose_workspace_watcher_dies_is_stopped_and_later_steps_re
 ):
     runner = make_runner()
     task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
-    for _ in range(200):
-        watchers = docker_client.containers.list(
-            filters={"label": [f"paritybot.run-id={runner.run_id}", "paritybot.role=watch"]}
-        )
-        steps = containers_of(docker_client, runner.run_id, role="step")
-        if watchers and steps:
-            break
+
+    def running(role: str) -> list:
+        labels = [f"paritybot.run-id={runner.run_id}", f"paritybot.role={role}"]
+        return docker_client.containers.list(ignore_removed=True, filters={"label": labels})
+
+    # Killed once the step runs: a watcher that dies before the step starts refuses it instead
+    # (a RunnerError from this run, as for the later step below).
+    deadline = time.monotonic() + 60
+    while not ((watchers := running("watch")) and running("step")):
+        assert not task.done(), task.result()
+        assert time.monotonic() < deadline, "the watcher or the step never started"
         await asyncio.sleep(0.05)
-    assert watchers, "the watcher never started"
     watchers[0].kill()
     result = await asyncio.wait_for(task, timeout=30)
     assert not result.ok and not result.timed_out
@@ -528,6 +532,47 @@ async def test_a_step_whose_workspace_watcher_dies_is_stopped_and_later_steps_re
     )
     with pytest.raises(RunnerError, match="the workspace's size could not be watched"):
         await runner.run(sh("after", "true"), workspace)
+
+
+@pytest.mark.docker
+async def test_a_step_the_watchdog_stops_while_its_container_starts_is_killed_once_started(
+    make_runner, workspace, monkeypatch
+):
+    """The watchdog's stop can come after the step was admitted but before its container runs,
+    when a kill does nothing at the engine; the step must not then run unwatched to its timeout."""
+    from runner.backends.workspace_watch import WorkspaceWatch
+
+    admit = WorkspaceWatch.step_started
+
+    def stopped_at_once(self: WorkspaceWatch, on_over: Callable[[], None]) -> str | None:
+        refused = admit(self, on_over)
+        on_over()  # the container is created, not started
+        return refused
+
+    monkeypatch.setattr(WorkspaceWatch, "step_started", stopped_at_once)
+    runner = make_runner()
+    result = await asyncio.wait_for(runner.run(sh("long", "sleep 120", timeout_s=60), workspace), timeout=30)
+    assert result.exit_code == 137 and not result.timed_out and not result.ok
+
+
+@pytest.mark.docker
+async def test_closing_beside_a_step_still_ending_leaves_nothing(make_runner, workspace, docker_client):
+    """A caller that cancels its step and closes at once: the clean-up waits for the step's own
+    (its container still being removed holds the volume), and nothing is left behind."""
+    runner = make_runner()
+    task = asyncio.create_task(runner.run(sh("long", "sleep 120", timeout_s=60), workspace))
+    labels = [f"paritybot.run-id={runner.run_id}", "paritybot.role=step"]
+    deadline = time.monotonic() + 60
+    while not docker_client.containers.list(ignore_removed=True, filters={"label": labels}):
+        assert not task.done(), task.result()
+        assert time.monotonic() < deadline, "the step never started"
+        await asyncio.sleep(0.05)
+    task.cancel()
+    await runner.close()
+    assert containers_of(docker_client, runner.run_id) == []
+    assert volumes_of(docker_client, runner.run_id) == []
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 @pytest.mark.docker

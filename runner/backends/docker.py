@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -84,6 +84,7 @@ from runner.backends.docker_engine import (
     inspect_state,
     kill_container,
     remove_container,
+    remove_volume,
     safe_name,
     writable_volumes,
 )
@@ -131,11 +132,28 @@ _GPU_ERRORS = (
 # The engine keeps no log of a step: its output is read from the attached stream, capped, and a
 # json-file log would grow on the engine's disk as fast as the step prints (70 MB/s measured).
 NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
+# How long close() waits for a step still finishing (one just cancelled removes its container).
+CLOSE_WAIT_S = 60.0
 OnOutput = Callable[[str], None]
+T = TypeVar("T")
 
 
 def _is_gpu_error(text: str) -> bool:
     return any(marker in text for marker in _GPU_ERRORS)
+
+
+async def _in_thread(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` in a worker thread that is never abandoned: if the caller is cancelled, the
+    thread (which cannot be stopped) is waited for before the cancellation goes on. Otherwise a
+    container it creates or removes would appear or linger after the runner's clean-up has looked."""
+    future = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()  # retrieved: the cancellation is what the caller sees
+        raise
 
 
 class DockerRunner:
@@ -182,12 +200,19 @@ class DockerRunner:
         # Another owner may run another attempt of the same run on this engine: never the same volume.
         owner_tag = hashlib.sha256(self.owner.label.encode()).hexdigest()[:8]
         self._run_volume = f"paritybot-run-{safe_name(run_id)}-{owner_tag}"
+        # Every volume of this run by name, for close(): the engine re-creates a removed named
+        # volume, unlabelled, when a container mounting it is created (a step racing a clean-up).
+        self._volumes = {self._run_volume}
         self._volumes_ready = False
         self._stores_ready: set[str] = set()
         self._copied: Path | None = None
         self._current: Container | None = None
         self._cancelled = False
         self._cancel_event = asyncio.Event()
+        # Steps under way; close() cleans up only once they have ended (see close()).
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def info(self) -> RunnerInfo:
@@ -301,19 +326,34 @@ class DockerRunner:
     async def run(self, step: Step, workspace: Path) -> StepResult:
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
+        with self._busy():
+            return await self._run(step, workspace)
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _run(self, step: Step, workspace: Path) -> StepResult:
         if self._image_id is None:
             await self.prepare()
         for rel in step.inject:
             safe_relative(rel)
         started = time.monotonic()
         try:
-            container = await asyncio.to_thread(self._create, step, workspace)
+            container = await _in_thread(self._create, step, workspace)
             self._current = container
             try:
                 return await self._run_watched(step, container, started)
             finally:
                 self._current = None
-                await asyncio.to_thread(remove_container, container)
+                await _in_thread(remove_container, container)
         except (docker.errors.DockerException, requests.RequestException) as exc:
             # The engine failed under us (restarted, disk full): the run cannot go on.
             raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
@@ -324,11 +364,12 @@ class DockerRunner:
         with the run's volume when the runner closes. Returns the container's id."""
         if self._image_id is None:
             await self.prepare()
-        try:
-            container = await asyncio.to_thread(self._create, step, workspace)
-            await asyncio.to_thread(container.start)
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
+        with self._busy():
+            try:
+                container = await _in_thread(self._create, step, workspace)
+                await _in_thread(container.start)
+            except (docker.errors.DockerException, requests.RequestException) as exc:
+                raise RunnerError(f"{step.name}: container engine error: {api_error_text(exc)}") from None
         return str(container.id)
 
     def _create(self, step: Step, workspace: Path) -> Container:
@@ -422,6 +463,7 @@ class DockerRunner:
     def _scratch_volume(self, container_name: str) -> str:
         """A new, empty volume for one scratch step; removed with the run's volumes."""
         name = f"{container_name}-scratch"
+        self._volumes.add(name)
         self.client.volumes.create(name, labels=self._labels("workspace"))
         return name
 
@@ -473,17 +515,25 @@ class DockerRunner:
         """The step under the workspace's watchdog (:mod:`runner.backends.workspace_watch`): the run's watcher,
         or for a scratch step one of its own over the volumes it may write."""
         if step.scratch:
-            watch = await asyncio.to_thread(self._start_watch, writable_volumes(container))
+            watch = await _in_thread(self._start_watch, writable_volumes(container))
         else:
             if self._watch is None:
-                self._watch = await asyncio.to_thread(self._start_watch, [self._run_volume])
+                self._watch = await _in_thread(self._start_watch, [self._run_volume])
             watch = self._watch
+        stop = threading.Event()
+
+        def stop_step() -> None:  # called from the watcher's thread
+            # Kept as well as sent: a kill that comes before the container has started does
+            # nothing at the engine, and the step would then run unwatched (_run_created).
+            stop.set()
+            kill_container(container)
+
         try:
-            refused = watch.step_started(lambda: kill_container(container))
+            refused = watch.step_started(stop_step)
             if refused is not None:
                 raise RunnerError(f"{step.name}: {refused}")
             try:
-                result = await self._run_created(step, container, started)
+                result = await self._run_created(step, container, started, stop)
             except BaseException:
                 # The step never gave a result (its container went, or it was cancelled): a final
                 # reading decides nothing, and waiting for it would hold the error back.
@@ -511,7 +561,9 @@ class DockerRunner:
         watch.start()
         return watch
 
-    async def _run_created(self, step: Step, container: Container, started: float) -> StepResult:
+    async def _run_created(
+        self, step: Step, container: Container, started: float, stop: threading.Event
+    ) -> StepResult:
         buffer = OutputBuffer(self._output_limit)
         if self._cancelled:
             return StepResult(name=step.name, exit_code=None, cancelled=True)
@@ -529,6 +581,9 @@ class DockerRunner:
                 error=f"{step.name}: the container did not start: {text}",
                 duration_s=time.monotonic() - started,
             )
+        if stop.is_set():
+            # The watchdog stopped the step while its container was starting: kill it now.
+            await asyncio.to_thread(kill_container, container)
         pump = asyncio.create_task(asyncio.to_thread(self._pump, stream, buffer, container, step.timeout_s))
         cancel_wait = asyncio.create_task(self._cancel_event.wait())
         done, _ = await asyncio.wait(
@@ -539,7 +594,8 @@ class DockerRunner:
         if pump not in done:
             await asyncio.to_thread(kill_container, container)
         status = await pump
-        state = (await asyncio.to_thread(inspect_state, container)) or {}
+        found = await asyncio.to_thread(inspect_state, container)
+        state = found or {}
         exit_code = state.get("ExitCode", status)
         oom = bool(state.get("OOMKilled"))
         root = SCRATCH_PATH if step.scratch else WORKSPACE_DIR
@@ -550,11 +606,14 @@ class DockerRunner:
         elif timed_out:
             output += f"\n[paritybot] killed: still running after {step.timeout_s:g} s\n"
         duration = time.monotonic() - started
+        # Removed under the step (a neighbour's clean-up, a person): no exit code, and say why.
+        gone = None if found is not None else f"{step.name}: its container was removed while it ran"
         log.info("step finished", step=step.name, exit_code=exit_code, duration_s=round(duration, 3), oom=oom)
         return StepResult(
             name=step.name,
             exit_code=exit_code,
             output=output,
+            error=gone,
             duration_s=duration,
             timed_out=timed_out,
             oom_killed=oom,
@@ -629,12 +688,25 @@ class DockerRunner:
             await asyncio.to_thread(kill_container, container)
 
     async def close(self) -> None:
+        """Cancel, then remove the run's containers and volumes. Never raises for the clean-up:
+        what it cannot remove is logged, and removed at the next start-up (remove_leftovers)."""
         await self.cancel()
         if self._client is None:
             return
+        # A step cancelled just now is still removing its container (or finishing one it was
+        # creating): cleaning up beside it would race it for the containers and the volume.
+        try:
+            await asyncio.wait_for(self._idle.wait(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("a step was still ending when the runner closed", run_id=self.run_id)
         if self._watch is not None:
             await asyncio.to_thread(self._watch.close)
-        await asyncio.to_thread(self._remove_run_volume)
+        try:
+            await asyncio.to_thread(self._remove_run_volume)
+        except (RunnerError, docker.errors.DockerException, requests.RequestException) as exc:
+            log.warning(
+                "could not remove the run's containers and volumes", run_id=self.run_id, error=str(exc)
+            )
         if self._own_client:
             await asyncio.to_thread(self._client.close)
 
@@ -642,9 +714,11 @@ class DockerRunner:
         # Containers of this run hold the volumes; remove any left by a step that crashed midway.
         # Only this owner's: another attempt of the run may be running elsewhere on the engine.
         mine = {"label": [f"{LABEL_RUN_ID}={self.run_id}", f"{OWNER_LABEL}={self.owner.label}"]}
-        for container in self.client.containers.list(all=True, filters=mine):
+        # sparse: no inspect per container, which answers 404 for one being removed meanwhile.
+        for container in self.client.containers.list(all=True, sparse=True, filters=mine):
             remove_container(container)
-        # The workspace volume and every scratch step's volume.
-        for volume in self.client.volumes.list(filters=mine):
-            with contextlib.suppress(docker.errors.NotFound):
-                volume.remove(force=True)
+        # The workspace volume and every scratch step's volume, each once nothing holds it;
+        # by name as well as by label, which a re-created volume lacks.
+        labelled = {volume.name for volume in self.client.volumes.list(filters=mine)}
+        for name in sorted(labelled | self._volumes):
+            remove_volume(self.client, name)

@@ -37,6 +37,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 import structlog
 from docker.models.containers import Container
 
@@ -45,6 +46,7 @@ log = structlog.get_logger(__name__)
 WATCH_INTERVAL_S = 1
 # The reading asked for when a step ends may take a while on a large tree.
 FINAL_READING_TIMEOUT_S = 30.0
+EXIT_RECORD_TIMEOUT_S = 10
 WATCH_MOUNT = "/paritybot-watch"  # the watched volumes are mounted below it: 0, 1, …
 _FINAL = b"final"
 # USR1 interrupts the sleep; the trap takes a reading marked as the one asked for. A reading in
@@ -205,9 +207,12 @@ class WorkspaceWatch:
         if container is None:
             return "the watcher did not start"
         try:
-            container.reload()
-            code = container.attrs.get("State", {}).get("ExitCode")
+            # Its output can close a moment before the engine records the exit (a loaded engine):
+            # wait for that record, or the code read would be the running container's 0.
+            code = container.wait(timeout=EXIT_RECORD_TIMEOUT_S).get("StatusCode")
             said = container.logs(stdout=False, stderr=True, tail=3).decode("utf-8", "replace").strip()
         except docker.errors.DockerException as exc:
             return f"the watcher is gone ({exc})"
+        except requests.RequestException:
+            return f"the watcher's output ended, but it was still running {EXIT_RECORD_TIMEOUT_S:g} s later"
         return f"the watcher exited with code {code}" + (f": {said}" if said else "")
