@@ -105,7 +105,7 @@ class OAuthClient:
         headers = {
             "Accept": "application/vnd.github+json",
             "User-Agent": USER_AGENT,
-            "Authorization": aiohttp.encode_basic_auth(self.client_id, self.client_secret),
+            "Authorization": aiohttp.BasicAuth(self.client_id, self.client_secret).encode(),
         }
         try:
             async with session.delete(
