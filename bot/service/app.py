@@ -83,6 +83,7 @@ def service_policy(settings: Settings, owner: Owner | None = None) -> RunnerPoli
         default_image=settings.default_image,
         redact=settings.service_secrets(),
         owner=owner,
+        name_engine=False,
     )
 
 

@@ -85,6 +85,10 @@ class RunnerPolicy:
     """The service's secrets, never shown in any run's output."""
     owner: Owner | None = None
     """Who owns the containers the runs start: the service's or agent's instance (None: this process)."""
+    name_engine: bool = True
+    """Whether reasons say where the engine is and how reaching it failed: yes on the user's own
+    machine; not in the service's reports, which the public reads on a public repository (the
+    operator finds the address and the error in the service's log)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,10 @@ def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: Engine
             f"({policy.image_hint}); nothing was run on the host instead",
         )
     if engine is None or not engine.reachable:
-        where = f"at {engine.where} ({engine.error})" if engine is not None else "(it was not checked)"
+        if engine is None:
+            where = "(it was not checked)"
+        else:
+            where = f"at {engine.where} ({engine.error})" if policy.name_engine else "(the service's log says where)"
         if policy.mode == "auto" and _host_allowed(policy, request):
             return RunnerChoice("host", f"no container engine reachable {where}")
         return RunnerChoice(
@@ -157,9 +164,8 @@ def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: Engine
         if environment.image
         else f"in the service's default image {image} (it names none; PARITYBOT_DEFAULT_IMAGE)"
     )
-    return RunnerChoice(
-        "docker", f"environment {environment.name} runs {source} (engine at {engine.where})", image
-    )
+    engine_at = f" (engine at {engine.where})" if policy.name_engine else ""
+    return RunnerChoice("docker", f"environment {environment.name} runs {source}{engine_at}", image)
 
 
 def check_engine(
@@ -201,6 +207,9 @@ async def choose_runner(
         engine, client = await asyncio.to_thread(check_engine, env, timeout_s)
     choice = describe_choice(policy, request, engine)
     secrets = (*policy.redact, *request.redact)
+    if engine is not None and not policy.name_engine:
+        # What the reports leave out, for the operator.
+        log.info("engine checked", run_id=request.run_id, where=engine.where, error=engine.error)
     if choice.kind == "refused":
         log.info("run refused", run_id=request.run_id, reason=choice.reason)
         if client is not None:
