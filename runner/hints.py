@@ -28,6 +28,10 @@ _NETWORK = re.compile(
     r"|Could not fetch URL"
     r"|ProxyError"
     r"|ConnectTimeoutError"
+    # git's, cloning a pre-commit hook repository
+    r"|Could not resolve host"
+    r"|Could not resolve hostname"
+    r"|Failed to connect to \S+ port"
 )
 _USER_IN_VENV = "Can not perform a '--user' install"
 _NO_WHEEL = "invalid command 'bdist_wheel'"

@@ -61,6 +61,7 @@ from runner.checks.attribution import (
     run_on_base,
 )
 from runner.checks.docstrings import check_docstrings
+from runner.checks.moved_tests import find_moved
 from runner.checks.ordering import (
     changed_test_files,
     coverage_breadth,
@@ -128,6 +129,9 @@ class PipelineDeps:
     """Other runs' test outcomes (the service's store): known flaky tests, the default branch's record."""
     step_log: StepLogSink | None = None
     """Where each step's start, whole output and end go as they happen (the run page's log)."""
+    precommit_home: Path | None = None
+    """A local run's own pre-commit cache (the contributor's PRE_COMMIT_HOME), used on the host instead
+    of the run's store: hooks installed there need no network. Never set by the service."""
 
 
 class Cancelled(Exception):
@@ -344,6 +348,9 @@ class Pipeline:
                 step_timeout,
                 install_network=env.network.precommit_install,
                 hook_network=env.network.precommit,
+                config_file=cfg.precommit.config,
+                # A path of this machine: only a step run on it can use it.
+                home=self.deps.precommit_home if self._runner.info.kind == "host" else None,
             )
             if env.network.precommit and any(h.status != HookStatus.SKIPPED for h in report.precommit.hooks):
                 report.networked_steps.append("pre-commit hooks")
@@ -411,9 +418,10 @@ class Pipeline:
             return results, ""
         history = self.deps.history
         base: BaseOutcomes | None = None
+        moved = find_moved(ws.path, ws.base_sha, ws.head_sha, failing)
         record = await history.failing_at(ws.base_sha) if history is not None else None
         if record is not None:  # the default branch's run on the merge base itself: no rerun needed
-            base = from_record(record, failing)
+            base = from_record(record, failing, moved)
             failing = [n for n in failing if n not in base.results]
         if failing and self._base_root is not None:
             ran = await run_on_base(
@@ -426,6 +434,7 @@ class Pipeline:
                 timeout_s=self.environment.step_timeout_minutes * 60,
                 network=self.environment.network.tests,
                 env=dict(self.environment.env),
+                moved=moved,
             )
             self._check_cancelled()
             base = ran if base is None else merged(base, ran)

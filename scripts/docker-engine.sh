@@ -20,6 +20,12 @@ LOG="$ENGINE_DIR/dockerd.log"
 EXEC_ROOT="$ENGINE_DIR/exec"
 DATA_ROOT="$ENGINE_DIR/data"
 WAIT_S="${PARITYBOT_ENGINE_WAIT_S:-60}"
+# Machines without GPUs: with PARITYBOT_ENGINE_GPU_STANDIN=1 and no NVIDIA hook installed, dockerd
+# finds a stand-in hook that does nothing on its PATH, so containers asking for GPUs by id start
+# (with no GPU in them) and the GPU lease tests read back what each was given. scripts/test.sh starts
+# a second engine so, beside the main one, whose containers asking for GPUs must fail as they do
+# on a machine without NVIDIA's runtime.
+STANDIN_DIR="$ENGINE_DIR/gpu-standin"
 
 say() { echo "docker-engine: $*" >&2; }
 
@@ -55,9 +61,19 @@ start() {
     # A daemon killed hard leaves its pid file and socket; dockerd refuses to start over a pid file
     # whose process is gone only on some versions, so clear both.
     rm -f "$PIDFILE" "$SOCK"
+    local path="$PATH"
+    rm -rf "$STANDIN_DIR"
+    if [ "${PARITYBOT_ENGINE_GPU_STANDIN:-0}" = 1 ] && ! command -v nvidia-container-runtime-hook >/dev/null 2>&1; then
+        mkdir -p "$STANDIN_DIR"
+        printf '#!/bin/sh\n# A stand-in: lets GPU containers start on a machine without GPUs.\nexit 0\n' \
+            >"$STANDIN_DIR/nvidia-container-runtime-hook"
+        chmod +x "$STANDIN_DIR/nvidia-container-runtime-hook"
+        path="$STANDIN_DIR:$PATH"
+        say "a stand-in nvidia-container-runtime-hook is on the engine's PATH (no GPU here)"
+    fi
     say "starting dockerd at unix://$SOCK (log: $LOG)"
     # setsid: the daemon must outlive this script and not receive the caller's terminal signals.
-    setsid dockerd \
+    PATH="$path" setsid dockerd \
         --host "unix://$SOCK" \
         --data-root "$DATA_ROOT" \
         --exec-root "$EXEC_ROOT" \

@@ -43,8 +43,13 @@ if ! scripts/docker-engine.sh status >/dev/null 2>&1; then
     engine_started=1
 fi
 postgres_started=0
+# The GPU lease tests: a second private engine whose dockerd finds a stand-in NVIDIA hook, so
+# containers asking for GPUs by id start on this machine without GPUs (scripts/docker-engine.sh).
+GPU_ENGINE_DIR="${PARITYBOT_GPU_ENGINE_DIR:-/tmp/paritybot-gpu-engine}"
+gpu_engine_started=0
 stop_services() {
     [ "$postgres_started" -eq 0 ] || scripts/postgres.sh stop
+    [ "$gpu_engine_started" -eq 0 ] || PARITYBOT_ENGINE_DIR="$GPU_ENGINE_DIR" scripts/docker-engine.sh stop
     [ "$engine_started" -eq 0 ] || scripts/docker-engine.sh stop
 }
 trap stop_services EXIT
@@ -58,6 +63,16 @@ if scripts/postgres.sh status >/dev/null 2>&1; then
     eval "$(scripts/postgres.sh env)"
 fi
 scripts/build-test-image.sh
+if ! PARITYBOT_ENGINE_DIR="$GPU_ENGINE_DIR" scripts/docker-engine.sh status >/dev/null 2>&1; then
+    PARITYBOT_ENGINE_DIR="$GPU_ENGINE_DIR" PARITYBOT_ENGINE_GPU_STANDIN=1 scripts/docker-engine.sh start
+    gpu_engine_started=1
+fi
+export PARITYBOT_TEST_GPU_ENGINE="unix://$GPU_ENGINE_DIR/docker.sock"
+test_image="${PARITYBOT_TEST_IMAGE:-paritybot-test/python:bookworm}"
+if [ "$(docker image inspect --format '{{.Id}}' "$test_image")" != \
+    "$(DOCKER_HOST="$PARITYBOT_TEST_GPU_ENGINE" docker image inspect --format '{{.Id}}' "$test_image" 2>/dev/null)" ]; then
+    docker save "$test_image" | DOCKER_HOST="$PARITYBOT_TEST_GPU_ENGINE" docker load >/dev/null
+fi
 
 # Lint, format, types and the layers' contract (pyproject's tool.importlinter) are part of the
 # suite: a change that breaks them does not pass.

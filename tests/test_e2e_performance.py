@@ -114,7 +114,12 @@ async def test_a_labelled_pr_gets_the_performance_section_and_check_run(
         final = perf.states[-1]
         assert final["conclusion"] == "failure"  # blocking: true, and twenty times the work
         # The slowed benchmark for sure; on a loaded machine an unchanged one may cross 3% too.
-        assert re.fullmatch(r"[12] benchmarks? slower by more than 3%", final["output"]["title"])
+        # A benchmark the change broke fails it too, named first with its error.
+        assert re.fullmatch(
+            r"1 benchmark crashed on head: benches/test_bench.py::test_crashes_on_head \(failed on head: .*"
+            r"broken on head.*\); [12] benchmarks? slower by more than 3%",
+            final["output"]["title"],
+        )
         [summary] = [c.body for c in bot.bot_comments()]
         section = summary[summary.index("### Performance") :]
         rows = {

@@ -152,6 +152,21 @@ def test_the_check_run_fails_only_for_a_blocking_regression(verdicts, blocking, 
     assert (result.conclusion, result.title) == (conclusion, title)
 
 
+@pytest.mark.parametrize(
+    ("side", "blocking", "conclusion"),
+    [(Side.HEAD, True, "failure"), (Side.HEAD, False, "neutral"), (Side.BASE, True, "success")],
+)
+def test_a_benchmark_that_crashes_on_head_fails_the_check_naming_its_error(side, blocking, conclusion):
+    crash = Comparison(
+        kind="pytest", name="b0", verdict=Verdict.ERROR, reason=f"failed on {side}: boom", failed_on=side
+    )
+    faster = Comparison(kind="pytest", name="b1", verdict=Verdict.IMPROVEMENT, reason="r")
+    result = outcome([crash, faster], threshold=0.05, blocking=blocking)
+    assert result.conclusion == conclusion
+    if side is Side.HEAD:
+        assert result.title.startswith("1 benchmark crashed on head: b0 (failed on head: boom)")
+
+
 def test_durations_keep_three_figures_in_a_readable_unit():
     assert [duration(x) for x in (2.5, 0.0123, 4.56e-5, 7.8e-8, None)] == [
         "2.5 s",
@@ -240,11 +255,14 @@ def test_paritybot_perf_compares_a_local_change_and_reports_a_crash_on_head(tmp_
 
     done = perf_cli(repo.path, base)
 
-    assert done.returncode == 0, done.stderr  # an error is not a regression
+    # The change broke the benchmark: the comparison fails, naming it and its error.
+    assert done.returncode == 1, done.stderr
     assert "### Performance" in done.stdout
     crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
     assert "⚠️ error: failed on head: call failed: ValueError: broken on head" in crash
     assert "tests/test_other.py::test_other" in done.stdout
+    assert "1 benchmark crashed on head: tests/test_bench.py::test_work" in done.stdout
+    assert "test_work crashed on head: failed on head: call failed: ValueError: broken on head" in done.stderr
 
 
 def test_each_side_of_a_src_layout_measures_its_own_code(tmp_path):
@@ -262,7 +280,7 @@ def test_each_side_of_a_src_layout_measures_its_own_code(tmp_path):
 
     done = perf_cli(repo.path, base)
 
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the head's own code ran, and crashed
     crash = next(line for line in done.stdout.splitlines() if "test_work" in line)
     assert "⚠️ error: failed on head: call failed: ValueError: broken on head" in crash
 

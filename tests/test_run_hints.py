@@ -125,6 +125,6 @@ def test_a_pre_commit_install_is_blamed_on_the_network_only_for_a_network_error(
     broken = StepResult(name="pre-commit-install", exit_code=1, output=SYNTAX_ERROR)
 
     said = step_problem(offline, "installing hooks", "the image", network=False)
-    assert said is not None and "installed without network here" in said.message
+    assert said is not None and "installs them without network" in said.message
     said = step_problem(broken, "installing hooks", "the image", network=False)
     assert said is not None and "without network" not in said.message

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from gitrepo import GitRepo
 from sample_repo import (
     BROKEN_TEST,
     FLAKY_TEST,
@@ -65,7 +66,7 @@ async def test_whole_suite_tells_failed_from_flaky_from_passed(sample: SampleRep
     assert len(results) == SUITE_SIZE
     broken = results[BROKEN_TEST]
     assert broken.outcome == TestOutcome.FAILED
-    assert broken.attempts == 3
+    assert broken.attempts == 2  # the same error twice: deterministic, not rerun again
     assert broken.message.splitlines()[0] == "assert 2 == 2.5"
     assert "tests/test_stats.py:10: AssertionError" in broken.message
     flaky = results[FLAKY_TEST]
@@ -247,3 +248,53 @@ async def test_project_pytest_args_apply(sample: SampleRepo) -> None:
 
 async def test_an_empty_selection_runs_nothing(sample: SampleRepo) -> None:
     assert await _run(sample, []) == {}
+
+
+# Each attempt appends a line to a counter beside the test (in the run's copy, ignored by git).
+COUNTED = """\
+from pathlib import Path
+
+COUNT = Path(__file__).with_name(".count-{name}")
+
+
+def attempt():
+    with COUNT.open("a") as f:
+        f.write("x")
+    return len(COUNT.read_text())
+
+
+def test_{name}():
+    n = attempt()
+    {body}
+"""
+
+
+async def test_a_failure_repeated_with_the_same_error_is_not_rerun_again(tmp_path: Path) -> None:
+    repo = GitRepo(tmp_path / "repo")
+    repo.commit(
+        {
+            ".gitignore": ".count-*\n",
+            "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+            # The same error on every attempt: rerun once (it could have been flaky), then no more.
+            "tests/test_same.py": COUNTED.format(name="same", body="raise ValueError('always')"),
+            # Another error each time: it may still pass, so it gets every rerun.
+            "tests/test_changing.py": COUNTED.format(
+                name="changing", body="raise ValueError(f'attempt {n}')"
+            ),
+            # Another error, then a pass: flaky, as before.
+            "tests/test_late.py": COUNTED.format(name="late", body="assert n == 3, f'attempt {n}'"),
+        }
+    )
+    runner = HostRunner(env=tool_env())
+    repro = ReproContext(head_sha=repo.git("rev-parse", "HEAD"), repo="octo/calc", pr_number=12)
+
+    run = await run_tests(runner, repo.path, None, TestSettings(reruns=4), repro)
+
+    by_id = {r.nodeid: r for r in run.results}
+    same = by_id["tests/test_same.py::test_same"]
+    assert (same.outcome, same.attempts) == (TestOutcome.FAILED, 2)
+    assert (repo.path / "tests/.count-same").read_text() == "xx"  # ran twice, not five times
+    changing = by_id["tests/test_changing.py::test_changing"]
+    assert (changing.outcome, changing.attempts) == (TestOutcome.FAILED, 5)
+    late = by_id["tests/test_late.py::test_late"]
+    assert (late.outcome, late.attempts) == (TestOutcome.FLAKY, 3)

@@ -9,6 +9,7 @@ and says so before anything runs.
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -230,6 +231,7 @@ async def run_local_check(
         workspace_root=root / "runs",
         cache_root=root,
         coverage_dir=coverage_dir(repo, root),
+        precommit_home=_precommit_home(),
     )
     report = await Pipeline(request, config, env, uuid.uuid4().hex[:12], deps).execute()
     if report.nothing_to_check:
@@ -239,6 +241,13 @@ async def run_local_check(
             file=sys.stderr,
         )
     return report
+
+
+def _precommit_home() -> Path | None:
+    """The contributor's PRE_COMMIT_HOME, when set: pre-commit's hooks already installed there are
+    used as they are, without network (a run on the host only)."""
+    home = os.environ.get("PRE_COMMIT_HOME")
+    return Path(home).expanduser() if home else None
 
 
 def render_local(report: RunReport) -> tuple[str, int]:

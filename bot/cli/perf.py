@@ -19,7 +19,7 @@ from bot.cli.checkout import commit_of, coverage_dir, open_checkout
 from bot.cli.local_check import load_local_config
 from bot.core.config import ConfigError, PerformanceSettings, RepoConfig
 from bot.core.models import Selection
-from bot.core.perf import Comparison, DriverReport, PerfThresholds, Verdict, outcome
+from bot.core.perf import Comparison, DriverReport, PerfThresholds, Verdict, crashed_on_head, outcome
 from bot.render.performance import performance_section
 from runner import gitdiff
 from runner.backends.base import RunnerError, RunnerFactory, RunnerRequest
@@ -83,7 +83,8 @@ async def perf_main(
     config_file: Path | None = None,
     as_json: bool = False,
 ) -> int:
-    """Print the Performance section; 1 when a benchmark got slower past the threshold, 2 on bad input.
+    """Print the Performance section; 1 when a benchmark got slower past the threshold or crashed on
+    the head (the change broke it), 2 on bad input.
 
     The config is found as `check` finds it: ``config_file``, else the merge base's (a change must
     not choose its own thresholds), said on stderr. ``as_json``: the comparisons as JSON instead.
@@ -120,12 +121,16 @@ async def perf_main(
     for problem in [*(f"{e.kind} on {e.side.value}: {e.message}" for e in report.errors), *report.warnings]:
         print(f"paritybot perf: {problem}", file=sys.stderr)
     regression = any(c.verdict is Verdict.REGRESSION for c in comparisons)
+    crashed = crashed_on_head(comparisons)
+    for c in crashed:
+        print(f"paritybot perf: {c.name} crashed on head: {c.reason}", file=sys.stderr)
     if as_json:
         doc = _json_doc(base_sha, head_sha, comparisons, threshold=limits.threshold, selection=selection)
         doc["errors"] = [e.model_dump(mode="json") for e in report.errors]
         doc["regression"] = regression
+        doc["crashed_on_head"] = [c.name for c in crashed]
         print(json.dumps(doc, indent=2))
-        return 1 if regression else 0
+        return 1 if regression or crashed else 0
     print(
         performance_section(
             comparisons, report.benchmarks, threshold=limits.threshold, confidence=limits.confidence
@@ -144,7 +149,7 @@ async def perf_main(
         print(f"\nNo benchmark found. {where_looked(config)}")
     result = outcome(comparisons, threshold=limits.threshold, blocking=True)
     print(f"\n{result.title}")
-    return 1 if regression else 0
+    return 1 if result.conclusion == "failure" else 0
 
 
 def _json_doc(

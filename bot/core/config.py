@@ -172,7 +172,13 @@ class TestSettings(_Strict):
         description="a change to any of these runs the whole suite",
     )
     max_tests: int | None = Field(None, ge=1, description="budget: at most this many tests")
-    reruns: int = Field(2, ge=0, le=10, description="reruns of a failing test, to tell flaky from failed")
+    reruns: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="reruns of a failing test at most, to tell flaky from failed; a rerun that fails "
+        "with the same error as the attempt before ends them (the failure is deterministic)",
+    )
     pre_existing: Literal["neutral", "failure"] = Field(
         "neutral",
         description="a test that fails on the merge base too (or is known flaky) does not fail the change "
@@ -184,6 +190,24 @@ class TestSettings(_Strict):
     per_test_timeout_s: int = Field(300, ge=1)
     pytest_args: list[str] = Field(default_factory=list)
     use_coverage_map: bool = True
+
+
+class PrecommitSettings(_Strict):
+    config: str = Field(
+        ".pre-commit-config.yaml",
+        min_length=1,
+        max_length=255,
+        description="the pre-commit config, a path in the repository (pre-commit's own default name "
+        "unless the project keeps it elsewhere, e.g. pre-commit.yaml)",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _inside(cls, path: str) -> str:
+        # Read from git's objects at this path: it must name a file of the repository.
+        if path.startswith("/") or "\\" in path or ".." in path.split("/") or path.endswith("/"):
+            raise ValueError(f"{path!r} must be a file's path relative to the repository's root")
+        return path
 
 
 class DocstringSettings(_Strict):
@@ -327,6 +351,7 @@ class RepoConfig(_Strict):
         "default image (PARITYBOT_DEFAULT_IMAGE) or not at all",
     )
     checks: ChecksToggle = Field(default_factory=ChecksToggle)
+    precommit: PrecommitSettings = Field(default_factory=PrecommitSettings)
     tests: TestSettings = Field(default_factory=TestSettings)
     docstrings: DocstringSettings = Field(default_factory=DocstringSettings)
     parity: ParitySettings = Field(default_factory=ParitySettings)

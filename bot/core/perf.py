@@ -157,6 +157,7 @@ class Comparison(Model):
     )
     low: float | None = Field(None, description="the interval's lower end, as a ratio")
     high: float | None = None
+    failed_on: Side | None = Field(None, description="with an error: the side whose benchmark crashed")
 
 
 class Outcome(Model):
@@ -167,19 +168,24 @@ class Outcome(Model):
 
 
 def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) -> Outcome:
-    """Failure only for a significant regression past the threshold, and only when it blocks.
+    """Failure only for a significant regression past the threshold or a crash on the head, and only when it blocks.
 
-    A regression that does not block is neutral, named in the title; significant improvements with
-    no regression are a success; anything else (no change, inconclusive, too few rounds, errors) is
-    neutral.
+    A regression or crash that does not block is neutral, named in the title; significant
+    improvements with neither are a success; anything else (no change, inconclusive, too few rounds,
+    a crash on the base) is neutral.
     """
     count = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
     percent = f"{threshold:.0%}"
+    crashed = crashed_on_head(comparisons)
+    # A benchmark the change breaks is worse than a slower one: it must never pass as "an error".
+    blocking_ones = [_crash_title(crashed)] if crashed else []
     if count[Verdict.REGRESSION]:
-        slower = f"{_n(count[Verdict.REGRESSION], 'benchmark')} slower by more than {percent}"
+        blocking_ones.append(f"{_n(count[Verdict.REGRESSION], 'benchmark')} slower by more than {percent}")
+    if blocking_ones:
+        title = "; ".join(blocking_ones)
         if blocking:
-            return Outcome(conclusion="failure", title=slower)
-        return Outcome(conclusion="neutral", title=f"{slower} (not blocking)")
+            return Outcome(conclusion="failure", title=title)
+        return Outcome(conclusion="neutral", title=f"{title} (not blocking)")
     notes = [
         f"{_n(count[v], 'benchmark')} {v.value}"
         for v in (Verdict.INCONCLUSIVE, Verdict.TOO_FEW_ROUNDS, Verdict.ERROR)
@@ -191,6 +197,17 @@ def outcome(comparisons: list[Comparison], *, threshold: float, blocking: bool) 
     if not comparisons:
         return Outcome(conclusion="neutral", title="no benchmark to compare")
     return Outcome(conclusion="neutral", title="; ".join([f"no change beyond {percent}", *notes]))
+
+
+def crashed_on_head(comparisons: list[Comparison]) -> list[Comparison]:
+    """The benchmarks that ran on the base but crashed on the head: the change broke them."""
+    return [c for c in comparisons if c.verdict is Verdict.ERROR and c.failed_on is Side.HEAD]
+
+
+def _crash_title(crashed: list[Comparison]) -> str:
+    first = crashed[0]
+    more = f" and {_n(len(crashed) - 1, 'other')}" if len(crashed) > 1 else ""
+    return f"{_n(len(crashed), 'benchmark')} crashed on head: {first.name}{more} ({first.reason[:200]})"
 
 
 def _n(count: int, noun: str) -> str:

@@ -89,8 +89,17 @@ def capitalised(line: str) -> str:
 
 
 def one_line(text: str, width: int = 120) -> str:
+    """``text`` on one line of at most ``width`` characters; a longer one ends after its last whole
+    sentence that fits, else its last whole word, never inside a word ("… Could " said nothing)."""
     line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    if len(line) <= width:
+        return line
+    head = line[: width - 2]
+    end = head.rfind(". ")
+    if end >= width // 2:
+        return head[: end + 1] + " …"
+    space = head.rfind(" ")
+    return (head[:space].rstrip(" ,;:") if space >= width // 2 else line[: width - 1]) + "…"
 
 
 def about_line(report: RunReport, check_run_url: str | None) -> str:

@@ -58,6 +58,8 @@ from handlers.routing import router
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import RunnerPolicy, check_engine, runner_factory
 from runner.backends.docker_engine import remove_leftovers
+from runner.backends.gpu_inventory import InventorySource, query_nvidia_smi, runner_inventory
+from runner.backends.gpu_leasing import GpuLeases, leasing, start_leases
 from runner.backends.host import kill_leftovers
 from runner.backends.ownership import Owner
 from runner.workspace import remove_stale_workspaces
@@ -108,6 +110,19 @@ def check_engine_at_startup(settings: Settings, instance: Instance) -> None:
         log.warning("containers of dead runs removed", count=removed, volumes=volumes)
     if settings.default_image is None:
         log.info("no PARITYBOT_DEFAULT_IMAGE: runs of environments that name no image will fail, saying so")
+
+
+def gpu_leases_at_startup(settings: Settings, source: InventorySource = query_nvidia_smi) -> GpuLeases | None:
+    """This runner's GPU leases (None when its GPUs are not known: nothing is leased), with what
+    the engine's running paritybot containers still hold taken. Raises ValueError when
+    PARITYBOT_GPUS names a GPU that nvidia-smi does not list."""
+    inventory = runner_inventory(settings.gpus, source)
+    client = None
+    if inventory and settings.runner == "docker":
+        engine, client = check_engine()
+        if client is None:
+            log.error("GPU leases: the engine's containers could not be read", where=engine.where)
+    return start_leases(inventory, shared=settings.gpu_sharing, client=client)
 
 
 @dataclass
@@ -186,9 +201,12 @@ async def build_service(
         take_back=partial(store.recover, settings.max_attempts, stale_after_s=settings.stalled_after_s),
         log_retention=_retention(settings),
     )
+    if runner is None:  # a runner given (tests) gets its GPUs as it likes
+        leases = await asyncio.to_thread(gpu_leases_at_startup, settings)
+        runner = leasing(runner_factory(service_policy(settings, instance.owner)), leases)
     executor = RunExecutor(
         store,
-        runner or runner_factory(service_policy(settings, instance.owner)),
+        runner,
         publisher,
         workspace_root=settings.workspace_root,
         cache_root=settings.cache_root,

@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.service.github import RetryPolicy
+from runner.backends.gpu_inventory import parse_selection
 
 KEY_LINE_MIN_LEN = 16
 
@@ -99,6 +100,14 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="bind address of `serve`")
     port: int = Field(8080, ge=1, le=65535)
     workers: int = Field(2, ge=1, le=64, description="runs executed at once by this process")
+    gpus: str | None = Field(
+        None,
+        description="the GPUs this runner leases to runs (indexes or UUIDs, e.g. 0,1; none): unset, every GPU "
+        "nvidia-smi lists; without nvidia-smi here (a remote engine, a containerised service) only these",
+    )
+    gpu_sharing: bool = Field(
+        False, description="true: runs' GPU leases do not exclude each other (GPUs shared, e.g. under MPS)"
+    )
     workspace_root: Path = Field(Path("/tmp/paritybot/workspaces"), description="where runs check out code")
     cache_root: Path = Field(Path("/tmp/paritybot/cache"), description="coverage maps, hook caches")
     max_attempts: int = Field(2, ge=1, le=10, description="tries of a job interrupted by a crash")
@@ -192,6 +201,12 @@ class Settings(BaseSettings):
                 "PARITYBOT_ALLOW_HOST_RUNNER=trusted-code-only"
             )
         return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_ids(cls, v: str | None) -> str | None:
+        parse_selection(v)  # a ValueError names the empty entry
+        return v if v is None or v.strip() else None
 
     @field_validator("allow_host_runner", "default_image", "public_url", mode="before")
     @classmethod

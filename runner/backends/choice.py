@@ -151,7 +151,11 @@ def describe_choice(policy: RunnerPolicy, request: RunnerRequest, engine: Engine
         if engine is None:
             where = "(it was not checked)"
         else:
-            where = f"at {engine.where} ({engine.error})" if policy.name_engine else "(the service's log says where)"
+            where = (
+                f"at {engine.where} ({engine.error})"
+                if policy.name_engine
+                else "(the service's log says where)"
+            )
         if policy.mode == "auto" and _host_allowed(policy, request):
             return RunnerChoice("host", f"no container engine reachable {where}")
         return RunnerChoice(

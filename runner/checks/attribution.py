@@ -4,7 +4,9 @@ A test that fails at the head after its reruns is run on the merge base's tree, 
 container and run (the base is exported next to the checkout, as for the performance comparison,
 before any step copies the workspace). Failing there too, it is *already failing on the base
 branch*, with the base's error beside the head's, and "fails differently" when the two errors
-differ; passing there, or absent from the base, it is *new*: this change broke it. The default
+differ; passing there, or absent from the base, it is *new*: this change broke it. A test the
+change moved (``runner/checks/moved_tests.py``) is run by its base node id, and is already failing
+only when it fails there with the same error. The default
 branch's record (a run on the merge base itself, :class:`BaseRecord`) answers without a run, and
 the store's history of other runs can name a still-failing test *known flaky*.
 
@@ -25,6 +27,7 @@ from bot.core.config import TestSettings
 from bot.core.models import CheckStatus, FailureCause, TestCaseResult, TestOutcome, TestsResult
 from runner import gitdiff
 from runner.backends.base import SCRATCH_DIR, Runner, Step, StepResult
+from runner.checks.failure_text import same_error
 from runner.checks.junit import JUnitError, parse_junit
 from runner.checks.testexec import TestRunError, run_ids, tests_step
 
@@ -35,13 +38,6 @@ RECORD_JUNIT = f"{SCRATCH_DIR}/junit-record.xml"  # the default branch's run: wh
 BASE_JUNIT = f"{SCRATCH_DIR}/junit-base.xml"  # relative to the base's checkout, where pytest runs
 MAX_ON_BASE = 500  # more failures than this: a broken head, the first ones are measured
 _IMPORT_ERROR = re.compile(r"\b(ModuleNotFoundError|ImportError)\b")
-# What varies between two runs of the same failure: object addresses, temporary paths, timings.
-_VOLATILE = [
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x…"),
-    (re.compile(r"/tmp/[^\s'\"]+"), "/tmp/…"),
-    (re.compile(r"\d+\.\d+\s*(s|ms|seconds)\b"), "… s"),
-    (re.compile(r"^\S[^:\s]*:\d+: ", re.MULTILINE), ""),  # the location line: its line number moves
-]
 
 
 class TestHistory(Protocol):
@@ -66,19 +62,8 @@ class BaseOutcomes:
 
     results: dict[str, TestCaseResult] = field(default_factory=dict)
     absent: set[str] = field(default_factory=set)  # not in the base's tree: added by the change
+    moved: set[str] = field(default_factory=set)  # results of the test where it was on the base
     note: str = ""  # why some were not run on the base
-
-
-def same_error(head: str, base: str) -> bool:
-    """Whether two error summaries are the same failure, once what varies run to run is masked."""
-    return _masked(head) == _masked(base)
-
-
-def _masked(message: str) -> str:
-    text = message.strip()
-    for pattern, replacement in _VOLATILE:
-        text = pattern.sub(replacement, text)
-    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
 def attribute(
@@ -100,11 +85,9 @@ def attribute(
         base = base or BaseOutcomes()
         on_base = base.results.get(r.nodeid)
         same = on_base is not None and same_error(r.message, on_base.message)
-        if (
-            on_base is not None
-            and on_base.outcome in FAILING
-            and (same or not _cannot_import(on_base.message))
-        ):
+        # A moved test is taken for its base counterpart only when it fails there the same way.
+        differs = on_base is not None and not _cannot_import(on_base.message) and r.nodeid not in base.moved
+        if on_base is not None and on_base.outcome in FAILING and (same or differs):
             cause = FailureCause.ON_BASE if same else FailureCause.ON_BASE_DIFFERENTLY
             out.append(r.model_copy(update={"cause": cause, "base_message": on_base.message}))
         elif r.nodeid not in base.absent and seen.get(r.nodeid):
@@ -161,14 +144,22 @@ async def run_on_base(
     timeout_s: float,
     network: bool,
     env: dict[str, str],
+    moved: Mapping[str, str] | None = None,
 ) -> BaseOutcomes:
-    """The failing tests' results on the merge base. A test whose file the base lacks is absent;
-    a run that produced no results says so in ``note`` (its tests stay unattributed: new)."""
-    files = gitdiff.tree_entries(workspace, base_sha, sorted({n.split("::")[0] for n in failing}))
+    """The failing tests' results on the merge base, each run there by its base node id (``moved``:
+    head id → base id, for the tests the change moved), kept under its head id. A test whose file
+    the base lacks is absent; a run that produced no results says so in ``note`` (its tests stay
+    unattributed: new)."""
+    where = {n: (moved or {}).get(n, n) for n in failing}
+    files = gitdiff.tree_entries(workspace, base_sha, sorted({where[n].split("::")[0] for n in failing}))
     present = [
-        n for n in failing if (e := files.get(n.split("::")[0])) is not None and e.refusal(None) is None
+        n
+        for n in failing
+        if (e := files.get(where[n].split("::")[0])) is not None and e.refusal(None) is None
     ]
-    outcome = BaseOutcomes(absent={n for n in failing if n.split("::")[0] not in files})
+    outcome = BaseOutcomes(
+        absent={n for n in failing if where[n].split("::")[0] not in files}, moved=set(moved or {})
+    )
     chosen = present[:MAX_ON_BASE]
     if len(present) > len(chosen):
         outcome.note = f"only the first {MAX_ON_BASE:,} failing tests were run on the merge base"
@@ -176,32 +167,41 @@ async def run_on_base(
         return outcome
     root = base_root
 
+    on_base = list(dict.fromkeys(where[n] for n in chosen))
+
     def step_for(ids: list[str] | None, junit: str) -> Step:
-        return base_step(ids or chosen, settings, root, timeout_s, network, env)
+        return base_step(ids or on_base, settings, root, timeout_s, network, env)
 
     try:
-        cases = await run_ids(runner, workspace, step_for, chosen, f"{root}/{BASE_JUNIT}")
+        cases = await run_ids(runner, workspace, step_for, on_base, f"{root}/{BASE_JUNIT}")
     except TestRunError as exc:
         log.info("the failing tests did not run on the merge base", error=exc.message[:200])
         outcome.note = (
             f"the failing tests could not be run on the merge base: {exc.message.splitlines()[0][:200]}"
         )
         return outcome
-    for case in cases or []:
-        outcome.results[case.nodeid] = TestCaseResult(
-            nodeid=case.nodeid, outcome=case.outcome, message=case.message
-        )
+    ran = {case.nodeid: case for case in cases or []}
+    for n in chosen:
+        if (case := ran.get(where[n])) is not None:
+            outcome.results[n] = TestCaseResult(
+                nodeid=case.nodeid, outcome=case.outcome, message=case.message
+            )
     return outcome
 
 
-def from_record(record: Mapping[str, str], failing: list[str]) -> BaseOutcomes:
-    """The default branch's record of the merge base, for the failing tests it saw fail there."""
+def from_record(
+    record: Mapping[str, str], failing: list[str], moved: Mapping[str, str] | None = None
+) -> BaseOutcomes:
+    """The default branch's record of the merge base, for the failing tests it saw fail there
+    (a moved test by its base node id)."""
+    where = {n: (moved or {}).get(n, n) for n in failing}
     return BaseOutcomes(
         results={
-            n: TestCaseResult(nodeid=n, outcome=TestOutcome.FAILED, message=record[n])
+            n: TestCaseResult(nodeid=where[n], outcome=TestOutcome.FAILED, message=record[where[n]])
             for n in failing
-            if n in record
-        }
+            if where[n] in record
+        },
+        moved=set(moved or {}),
     )
 
 
@@ -209,6 +209,7 @@ def merged(first: BaseOutcomes, second: BaseOutcomes) -> BaseOutcomes:
     return BaseOutcomes(
         results={**second.results, **first.results},
         absent=first.absent | second.absent,
+        moved=first.moved | second.moved,
         note="; ".join(n for n in (first.note, second.note) if n),
     )
 

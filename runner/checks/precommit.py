@@ -72,6 +72,7 @@ WORK_DIR = f"{SCRATCH_DIR}/pre-commit"
 FILES_LIST = f"{WORK_DIR}/files"
 PLAN_OUT = f"{WORK_DIR}/hooks.json"
 STORE_ENV = "PRE_COMMIT_HOME"
+NO_MARK_ENV = "PARITYBOT_PRE_COMMIT_NO_MARK"  # the driver leaves a cache it does not own unmarked
 NOT_FOUND_MARK = "paritybot: pre-commit not found"
 NOT_INSTALLED_EXIT = 127
 HOOK_FAILED_EXIT = 1  # pre-commit's status when a hook fails or changes files
@@ -410,14 +411,29 @@ def step_problem(result: StepResult, doing: str, where: str, network: bool | Non
         )
     tail = "\n".join(line for line in result.output.strip().splitlines()[-15:] if line.strip())
     message = f"pre-commit failed {doing} ({result.describe_failure()})"
+    if network is not None and is_network_error(result.output):
+        # Said first, in whole sentences: the check run's title is this message's first line.
+        message = offline_install_message(network) + f"\n\n{message}"
     if tail:
         message += f":\n{tail}"
-    if network is False and is_network_error(result.output):
-        message += (
-            "\nHook environments are installed without network here, because the base branch's config "
-            "sets environments[].network.precommit_install to false."
-        )
     return PrecommitResult(status=CheckStatus.ERROR, message=message, output=result.output)
+
+
+def offline_install_message(network: bool) -> str:
+    """What happened when pre-commit could not download its hooks, and the two ways on."""
+    why = (
+        "this environment installs them without network (the base branch's config sets "
+        "environments[].network.precommit_install to false)"
+        if not network
+        else "no network was reachable"
+    )
+    return (
+        f"pre-commit could not install its hooks: they are downloaded, and {why}. "
+        "To go on, skip pre-commit with `checks: {precommit: false}` in .github/paritybot.yml "
+        "(or a file given with `paritybot check --config`), or, for `paritybot check --runner host`, "
+        f"set {STORE_ENV} to a pre-commit cache where these hooks are already installed "
+        "(pre-commit's default is ~/.cache/pre-commit) to use it."
+    )
 
 
 # --- reading the change, from git's objects -------------------------------------------------------------
@@ -452,11 +468,30 @@ def read_change(workspace: Path, base: str, head: str) -> Change:
     return Change(merge_base=base_point, files=files)
 
 
-def not_configured_message(workspace: Path, head: str) -> str:
-    message = f"the repository has no {CONFIG_FILE}"
-    if tree_entries(workspace, head, [".pre-commit-config.yml"]):
-        message += " (it has .pre-commit-config.yml, which pre-commit does not read)"
+# Names a project may have given its pre-commit config: pointed out, with the setting that reads it.
+OTHER_NAMES = [".pre-commit-config.yml", "pre-commit.yaml", "pre-commit-config.yaml", ".pre-commit.yaml"]
+
+
+def not_configured_message(workspace: Path, head: str, config_file: str = CONFIG_FILE) -> str:
+    message = f"the repository has no {config_file}"
+    found = [n for n in OTHER_NAMES if n != config_file and n in tree_entries(workspace, head, OTHER_NAMES)]
+    if found:
+        message += (
+            f" (it has {found[0]}: set `precommit: {{config: {found[0]}}}` in .github/paritybot.yml "
+            "to use it)"
+        )
     return message
+
+
+def with_home(step: Step, home: Path | None) -> Step:
+    """The step on the contributor's own pre-commit cache instead of the run's store (a local run
+    on the host): where its hooks are installed already, no network is needed. Nothing marks that
+    cache as complete for this config, as the run's own store is: it is shared with other configs."""
+    if home is None:
+        return step
+    return step.model_copy(
+        update={"store": None, "env": {**step.env, STORE_ENV: str(home), NO_MARK_ENV: "1"}}
+    )
 
 
 # --- the edge --------------------------------------------------------------------------------------
@@ -472,14 +507,20 @@ async def run_precommit(
     *,
     install_network: bool = True,
     hook_network: bool = False,
+    config_file: str = CONFIG_FILE,
+    home: Path | None = None,
 ) -> PrecommitResult:
-    """Run the repository's pre-commit hooks on the changes between ``base`` and ``head``."""
+    """Run the repository's pre-commit hooks on the changes between ``base`` and ``head``.
+
+    ``config_file``: the config's path (``precommit.config``); ``home``: a pre-commit cache of the
+    contributor's own to use instead of the run's store (:func:`with_home`).
+    """
     try:
         config_text = await asyncio.to_thread(
-            read_file, workspace, head, CONFIG_FILE, max_bytes=MAX_CONFIG_BYTES
+            read_file, workspace, head, config_file, max_bytes=MAX_CONFIG_BYTES
         )
         if config_text is None:
-            message = await asyncio.to_thread(not_configured_message, workspace, head)
+            message = await asyncio.to_thread(not_configured_message, workspace, head, config_file)
             return PrecommitResult(status=CheckStatus.NOT_CONFIGURED, message=message)
         change = await asyncio.to_thread(read_change, workspace, base, head)
         config_ids = config_hook_ids(config_text)
@@ -494,11 +535,13 @@ async def run_precommit(
     store_key = precommit_store_key(config_text, image_key(info))
     log.info("pre-commit starting", environment=env_name, store=store_key, install_network=install_network)
 
-    installed = await runner.run(install_step(config_text, store_key, timeout_s, install_network), workspace)
+    install = with_home(install_step(config_text, store_key, timeout_s, install_network), home)
+    installed = await runner.run(install, workspace)
     problem = step_problem(installed, "installing the hook environments", where, install_network)
     if problem is not None:
         return problem
-    classified = await runner.run(classify_step(config_text, store_key, change.files, timeout_s), workspace)
+    classify = with_home(classify_step(config_text, store_key, change.files, timeout_s), home)
+    classified = await runner.run(classify, workspace)
     problem = step_problem(classified, "reading which files each hook applies to", where, None)
     if problem is not None:
         return problem
@@ -512,7 +555,9 @@ async def run_precommit(
     skips = {s.strip() for s in info.env.get("SKIP", "").split(",") if s.strip()}
 
     def step_for(hook: PlannedHook, collect: list[str]) -> Step:
-        return hook_step(plan.python, config_text, store_key, hook, timeout_s, hook_network, collect)
+        return with_home(
+            hook_step(plan.python, config_text, store_key, hook, timeout_s, hook_network, collect), home
+        )
 
     outcome = await _run_hooks(runner, workspace, plan, change, head, skips, step_for, timeout_s)
     log.info("pre-commit finished", status=outcome.status, hooks=len(outcome.hooks))

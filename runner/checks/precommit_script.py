@@ -60,7 +60,8 @@ def install(directory, path):
         status = main(["install-hooks", "--config", path])
     finally:
         os.chdir(previous)  # out of the directory before it is removed
-    if status == 0:
+    # A contributor's own cache (PRE_COMMIT_HOME, a local run) serves other configs: never marked.
+    if status == 0 and not os.environ.get("PARITYBOT_PRE_COMMIT_NO_MARK"):
         open(os.path.join(os.environ["PRE_COMMIT_HOME"], INSTALLED_MARK), "w").close()
     return status
 

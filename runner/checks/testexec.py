@@ -11,7 +11,9 @@ The first attempt collects the suite's test roots and the plugin keeps the selec
 count is in pytest's items (a selected class or function counts as the tests it holds) and the
 rest of the suite is counted as deselected, as pytest itself counts it. Selected ids the suite no
 longer has (a test renamed or removed, a ``/retest-gpu failed`` after a rename) are listed as not
-found, never run and never failures. Reruns name the failing tests on the command line.
+found, never run and never failures. Reruns name the failing tests on the command line; a test
+whose rerun fails with the same error as its attempt before is not rerun again (it is deterministic:
+another attempt would only cost its time again).
 
 Longer than most modules: the attempts, the reruns and the repro commands share one step's state.
 """
@@ -32,6 +34,7 @@ from bot.core.config import TestSettings
 from bot.core.models import CollectionError, TestCaseResult, TestOutcome
 from runner import gitdiff
 from runner.backends.base import PYTEST_BASETEMP, SCRATCH_DIR, Runner, RunnerError, Step
+from runner.checks.failure_text import same_error
 from runner.checks.junit import JUnitCase, JUnitError, parse_junit
 from runner.checks.pytest_plugins import plugin_hint
 from runner.checks.repro import ReproContext, repro_commands
@@ -215,9 +218,13 @@ async def run_tests(
     if first is None:
         return TestRun(refused, not_found=not_found)
     results = [_to_result(c) for c in first.cases]
+    last = {r.nodeid: r.message for r in results}  # each test's error on its latest attempt
+    settled: set[str] = set()
     for attempt in range(1, settings.reruns + 1):
         failing = [r for r in results if r.outcome in (TestOutcome.FAILED, TestOutcome.ERROR)]
-        retry = [r.nodeid for r in failing if not _is_collection_error(r, first.cases)]
+        retry = [
+            r.nodeid for r in failing if r.nodeid not in settled and not _is_collection_error(r, first.cases)
+        ]
         if not retry:
             break
         log.info("rerunning failed tests", attempt=attempt, count=len(retry))
@@ -226,6 +233,7 @@ async def run_tests(
         if rerun is None:
             break
         _merge_rerun(results, rerun.cases, set(retry), attempt)
+        settled |= repeated_failures(last, rerun.cases)
     counts = first.counts
     not_collected = counts.not_collected if counts else []
     errors = [r.message for r in results if r.collection_error] + [e.message for e in not_collected]
@@ -413,6 +421,20 @@ def _merge_rerun(
             results[i] = res.model_copy(update={"outcome": TestOutcome.FLAKY, "attempts": attempt + 1})
         else:
             results[i] = res.model_copy(update={"attempts": attempt + 1})
+
+
+def repeated_failures(last: dict[str, str], cases: list[JUnitCase]) -> set[str]:
+    """The tests this attempt failed with the same error as their attempt before: deterministic, so
+    another rerun would only repeat it (reruns are for failures that may be flaky). ``last`` is
+    updated to this attempt's errors."""
+    repeated = set()
+    for case in cases:
+        if case.outcome not in (TestOutcome.FAILED, TestOutcome.ERROR):
+            continue
+        if case.nodeid in last and same_error(case.message, last[case.nodeid]):
+            repeated.add(case.nodeid)
+        last[case.nodeid] = case.message
+    return repeated
 
 
 def _finish(results: list[TestCaseResult], repro: ReproContext) -> list[TestCaseResult]:

@@ -45,7 +45,10 @@ def compare(samples: BenchmarkSamples, limits: PerfThresholds, alpha: float | No
     common = {"kind": samples.kind, "name": samples.name, "rounds": len(samples.rounds)}
     if samples.error is not None:
         return Comparison(
-            **common, verdict=Verdict.ERROR, reason=f"failed on {samples.error.side}: {samples.error.message}"
+            **common,
+            verdict=Verdict.ERROR,
+            reason=f"failed on {samples.error.side}: {samples.error.message}",
+            failed_on=samples.error.side,
         )
     base = [r.base for r in samples.rounds]
     head = [r.head for r in samples.rounds]

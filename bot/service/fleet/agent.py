@@ -66,7 +66,7 @@ class AgentConfig:
     heartbeat_s: float = 10.0
     stalled_after_s: float = 60.0
     max_attempts: int = 2
-    concurrency: int = 1  # jobs at once (PARITYBOT_WORKERS): one per GPU set the host can spare
+    concurrency: int = 1  # jobs at once (PARITYBOT_WORKERS); GPU leases decide which may start
 
     @property
     def fence_after_s(self) -> float:

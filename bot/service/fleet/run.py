@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import partial
 
 from bot.core.models import EnvFacts, RunReport
-from bot.service.app import check_engine_at_startup, service_policy
+from bot.service.app import check_engine_at_startup, gpu_leases_at_startup, service_policy
 from bot.service.executor import run_pipeline
 from bot.service.fleet.agent import Agent, AgentConfig, JobRunner, Progress
 from bot.service.instance import Instance
@@ -18,6 +18,7 @@ from bot.service.store.run_logs import RunLogStore
 from bot.service.test_history import AgentHistory
 from runner.backends.base import RunnerFactory
 from runner.backends.choice import runner_factory
+from runner.backends.gpu_leasing import leasing
 from runner.backends.ownership import Owner
 
 
@@ -76,8 +77,9 @@ async def run_agent(
     # of the other agents on this engine stay.
     await asyncio.to_thread(check_engine_at_startup, settings, instance)
     if job_runner is None:
+        leases = await asyncio.to_thread(gpu_leases_at_startup, settings)
         runner = pipeline_runner(
-            settings, runner_factory(service_policy(settings, instance.owner)), store, store
+            settings, leasing(runner_factory(service_policy(settings, instance.owner)), leases), store, store
         )
     else:
         runner = job_runner(instance.owner)
