@@ -23,6 +23,10 @@ mode="${1:-all}"
 [ $# -eq 0 ] || shift
 PYTEST_ARGS=("${UNIT_TESTS[@]}" "$@")
 export UV_PYTHON_DOWNLOADS=never
+# Byte-compiled at install, as pip does by default: the contributors' environments the tests make
+# link these site-packages and must find them as an installed environment is (uv compiles nothing
+# unless told).
+export UV_COMPILE_BYTECODE=1
 UV="$(scripts/uv.sh)"
 UV_CACHE="$("$UV" cache dir)"
 
@@ -70,7 +74,7 @@ in_debian() {
     tar -C "$ROOT" --exclude=./.venv --exclude=./.tools -cf - . |
         docker run --rm -i --name "paritybot-compat-$suite-$$" \
             -v "$UV:/usr/local/bin/uv:ro" -v "$UV_CACHE:/uv-cache" -e UV_CACHE_DIR=/uv-cache \
-            -e UV_LINK_MODE=copy -e UV_PYTHON_DOWNLOADS=never "${ca[@]}" \
+            -e UV_LINK_MODE=copy -e UV_PYTHON_DOWNLOADS=never -e UV_COMPILE_BYTECODE=1 "${ca[@]}" \
             "$image" /bin/sh -ec '
                 mkdir /checkout && cd /checkout && tar -xf -
                 uv sync --quiet --locked --extra test --python /usr/bin/python3
