@@ -85,7 +85,8 @@ def test_a_log_call_never_raises_and_still_writes_its_line() -> None:
     configure_logging("json", "info", stream=out)
     register_secret("s3cr3t-webhook-value")
     deep: object = "s3cr3t-webhook-value"
-    for _ in range(5_000):
+    # Deeper than any interpreter's limit: 3.13's C encoder takes 5,000 levels that 3.11's refuses.
+    for _ in range(200_000):
         deep = {"a": deep}
     structlog.contextvars.bind_contextvars(delivery_id="d-1", repo=deep)
     try:
