@@ -13,11 +13,16 @@ installs them with ``--require-hashes`` and gets what the last green run had:
   resolved from scripts/test-image-requirements.in for Debian 12's Python. It is not part of the
   project's lock (its pins are older than the project's own pytest), so it is compiled, which needs
   the package index; ``--check`` only checks that it still pins what the ``.in`` file names.
+- scripts/lowest-requirements.txt: the lowest versions pyproject.toml allows for its direct
+  dependencies, with what they need (``--resolution lowest-direct``), which scripts/test-compat.sh
+  tests. Compiled too, and kept: the lowest run installs the same packages on every machine, and
+  the next refresh starts from them. ``--check`` checks that it pins every direct dependency.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tomllib
@@ -29,6 +34,7 @@ TEST_IMAGE_IN = ROOT / "scripts" / "test-image-requirements.in"
 TEST_IMAGE_TXT = ROOT / "scripts" / "test-image-requirements.txt"
 # The oldest Python the project claims: the test image is Debian 12's.
 TEST_IMAGE_PYTHON = "3.11"
+LOWEST_TXT = ROOT / "scripts" / "lowest-requirements.txt"
 
 
 def uv_requirements(lock_text: str) -> str:
@@ -92,6 +98,40 @@ def compile_test_image(uv: str) -> None:
     )
 
 
+def compile_lowest(uv: str) -> None:
+    """The lowest versions of the direct dependencies' ranges (the test extra too), pinned with hashes."""
+    options = [
+        "--quiet",
+        "--generate-hashes",
+        "--no-header",
+        "--resolution",
+        "lowest-direct",
+        "--extra",
+        "test",
+    ]
+    subprocess.run(
+        [uv, "pip", "compile", *options, "--python", "python3", "pyproject.toml", "-o", str(LOWEST_TXT)],
+        cwd=ROOT,
+        check=True,
+    )
+    LOWEST_TXT.write_text(
+        "# Compiled from pyproject.toml's floors by scripts/lock_exports.py: do not edit.\n"
+        + LOWEST_TXT.read_text()
+    )
+
+
+def lowest_pins_missing() -> list[str]:
+    """The direct dependencies the lowest-direct file does not pin."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [
+        d for extra in project["optional-dependencies"].values() for d in extra
+    ]
+    names = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
+    text = LOWEST_TXT.read_text() if LOWEST_TXT.exists() else ""
+    pinned = {m.lower().replace("_", "-") for m in re.findall(r"^([A-Za-z0-9._-]+)==", text, re.M)}
+    return sorted(names - pinned)
+
+
 def test_image_pins_missing() -> list[str]:
     """The ``name==version`` lines of the ``.in`` file that the compiled file does not pin."""
     compiled = {line.split()[0] for line in TEST_IMAGE_TXT.read_text().splitlines() if "==" in line}
@@ -107,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in from_lock(args.uv).items() if not _same(path, text, write=not args.check)]
     if args.check:
         stale += [TEST_IMAGE_TXT] if test_image_pins_missing() else []
+        stale += [LOWEST_TXT] if lowest_pins_missing() else []
         for path in stale:
             print(
                 f"{path.relative_to(ROOT)} differs from uv.lock: run scripts/update-deps.sh", file=sys.stderr
             )
         return 1 if stale else 0
     compile_test_image(args.uv)
+    compile_lowest(args.uv)
     return 0
 
 

@@ -34,16 +34,15 @@ say() { echo "test-compat: $*" >&2; }
 
 # pytest's output is long; the summary line is what a reader needs from each run.
 lowest() {
-    local venv="$ROOT/.tools/lowest" reqs
-    reqs="$(mktemp)"
+    # scripts/lowest-requirements.txt: the lowest-direct resolution, compiled and kept by
+    # scripts/update-deps.sh (so this run installs the same packages on every machine).
+    local venv="$ROOT/.tools/lowest" reqs="$ROOT/scripts/lowest-requirements.txt"
     say "lowest direct versions of pyproject.toml's ranges, on $(python3 --version)"
-    "$UV" pip compile --quiet --no-header --resolution lowest-direct --extra test \
-        --python python3 pyproject.toml -o "$reqs"
     "$UV" venv --quiet --clear --python python3 "$venv"
-    "$UV" pip install --quiet --python "$venv/bin/python" -r "$reqs"
+    "$UV" pip install --quiet --python "$venv/bin/python" --require-hashes -r "$reqs"
     "$UV" pip install --quiet --python "$venv/bin/python" --no-deps -e .
-    say "resolved: $(grep -E '^(aiohttp|gidgethub|pydantic|structlog|stamina|procrastinate|pytest)==' "$reqs" | tr '\n' ' ')"
-    rm -f "$reqs"
+    say "installed: $(grep -E '^(aiohttp|gidgethub|pydantic|structlog|stamina|procrastinate|pytest)==' "$reqs" |
+        cut -d' ' -f1 | tr '\n' ' ')"
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${PYTEST_ARGS[@]}"
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Refresh the locked dependencies: the newest versions pyproject.toml allows, the files written from
-# the lock, a CHANGELOG line saying what moved, then the whole suite (scripts/test.sh, which also
+# the lock (and the test image's and the lowest-direct resolutions, compiled anew), a CHANGELOG
+# line saying what moved, then the whole suite (scripts/test.sh, which also
 # runs the unit tests on every claimed Python and at the lowest declared versions).
 #
 #   scripts/update-deps.sh                 # everything
@@ -29,6 +30,8 @@ pins() { "$UV" export --frozen --all-extras --all-groups --no-emit-project --no-
 
 before="$(pins)"
 "$UV" lock --quiet "${upgrade[@]}"
+# A full refresh resolves the compiled files anew too (a kept file is only a preference).
+[ "${upgrade[0]}" != --upgrade ] || rm -f scripts/test-image-requirements.txt scripts/lowest-requirements.txt
 # uv itself is pinned by the lock: the next run of scripts/uv.sh installs the new one.
 .tools/bin/python scripts/lock_exports.py "$UV"
 after="$(pins)"
