@@ -128,17 +128,13 @@ class ServeProcess:
             stderr=log,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if self.proc.returncode is not None:
-                    raise AssertionError(f"serve exited with {self.proc.returncode}: {self.log()[-2000:]}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.1)
-        raise AssertionError(f"serve did not answer within {timeout} s: {self.log()[-2000:]}")
+        proc = self.proc
+        await wait_healthy(
+            self.port,
+            timeout,
+            lambda: None if proc.returncode is None else f"serve exited with {proc.returncode}",
+            self.log,
+        )
 
     def log(self) -> str:
         return (self.tmp / f"serve.{self.starts}.log").read_text(errors="replace")
@@ -177,6 +173,24 @@ class ServeProcess:
 
     def open_gate(self) -> None:
         (self.tmp / "marks" / "open").touch()
+
+
+async def wait_healthy(
+    port: int, timeout: float, gone: Callable[[], str | None], log: Callable[[], str], poll_s: float = 0.1
+) -> None:
+    """Until `serve` on ``port`` answers /healthz with 200; fails at once when ``gone`` says why it
+    stopped, or after ``timeout``, with the end of its ``log``."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if (why := gone()) is not None:
+                raise AssertionError(f"{why}: {log()[-3000:]}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(poll_s)
+    raise AssertionError(f"serve did not answer within {timeout} s: {log()[-3000:]}")
 
 
 async def until(what: str, predicate: Callable[[], bool], timeout: float = 120) -> None:

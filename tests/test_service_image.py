@@ -8,17 +8,14 @@ once failed every run, so the image is proven on that base, not only on python:3
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import docker
 import docker.errors
 import pytest
@@ -27,7 +24,7 @@ from docker.models.containers import Container
 from docker_support import docker_client, unavailable
 from fakegithub import FakeGitHub
 from finishing import finished, problems, view
-from serveproc import DOCSTRINGS, PARITY, PRECOMMIT, TESTS, ServeProcess, until
+from serveproc import DOCSTRINGS, PARITY, PRECOMMIT, TESTS, ServeProcess, until, wait_healthy
 
 __all__ = ["docker_client"]
 
@@ -120,18 +117,15 @@ class ContainerServe(ServeProcess):
             environment=self.container_environment(),
             working_dir=str(self.tmp),
         )
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                self.container.reload()
-                if self.container.status not in ("created", "running"):
-                    raise AssertionError(f"serve exited ({self.container.status}): {self.log()[-3000:]}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.2)
-        raise AssertionError(f"serve did not answer within {timeout} s: {self.log()[-3000:]}")
+        container = self.container
+
+        def gone() -> str | None:
+            container.reload()
+            return (
+                None if container.status in ("created", "running") else f"serve exited ({container.status})"
+            )
+
+        await wait_healthy(self.port, timeout, gone, self.log, poll_s=0.2)
 
     def log(self) -> str:
         if self.container is None:
